@@ -1,0 +1,86 @@
+"""Persistence for tether: the `Store` contract and its SQLite, Postgres and memory stores.
+
+```python
+from tether.stores import SQLiteStore
+
+async with SQLiteStore("app.db") as store:
+    for pending in await store.list_pending():
+        print(pending.agent_path, pending.reason)
+```
+"""
+
+from ._errors import (
+    AlreadyResumed as AlreadyResumed,
+    ConfigurationError as ConfigurationError,
+    DuplicateInterrupt as DuplicateInterrupt,
+    ExecutionFinished as ExecutionFinished,
+    ExecutionNotFound as ExecutionNotFound,
+    LeaseHeld as LeaseHeld,
+    NoPendingInterrupt as NoPendingInterrupt,
+    SchemaVersionError as SchemaVersionError,
+    SerializationError as SerializationError,
+    StaleLease as StaleLease,
+    StoreCorrupted as StoreCorrupted,
+    StoreError as StoreError,
+    StoreUnavailable as StoreUnavailable,
+    TetherError as TetherError,
+    UsageError as UsageError,
+)
+from ._memory import MemoryStore as MemoryStore
+from ._models import (
+    EntryKind as EntryKind,
+    Execution as Execution,
+    ExecutionStatus as ExecutionStatus,
+    IdempotencyRecord as IdempotencyRecord,
+    JournalEntry as JournalEntry,
+    Lease as Lease,
+    NewEntry as NewEntry,
+    NewExecution as NewExecution,
+    NewInterrupt as NewInterrupt,
+    PendingInterrupt as PendingInterrupt,
+    StartResult as StartResult,
+)
+from ._postgres import PostgresStore as PostgresStore
+from ._protocol import SCHEMA_VERSION as SCHEMA_VERSION, Store as Store
+from ._sqlite import SQLiteStore as SQLiteStore
+from ._url import open_store as open_store
+
+__all__ = (
+    "SCHEMA_VERSION",
+    "AlreadyResumed",
+    "ConfigurationError",
+    "DuplicateInterrupt",
+    "EntryKind",
+    "Execution",
+    "ExecutionFinished",
+    "ExecutionNotFound",
+    "ExecutionStatus",
+    "IdempotencyRecord",
+    "JournalEntry",
+    "Lease",
+    "LeaseHeld",
+    "MemoryStore",
+    "NewEntry",
+    "NewExecution",
+    "NewInterrupt",
+    "NoPendingInterrupt",
+    "PendingInterrupt",
+    "PostgresStore",
+    "SQLiteStore",
+    "SchemaVersionError",
+    "SerializationError",
+    "StaleLease",
+    "StartResult",
+    "Store",
+    "StoreCorrupted",
+    "StoreError",
+    "StoreUnavailable",
+    "TetherError",
+    "UsageError",
+)
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith(__name__ + "."):
+        _obj.__module__ = __name__
+del _name, _obj

@@ -1,0 +1,172 @@
+"""Run a store's asyncio-only driver from either anyio backend.
+
+aiosqlite and asyncpg run only on asyncio. Two ways to reach them, chosen when a
+store opens (measured in shared/research/store-bridge.md):
+
+- `HostLoop`, under asyncio: the driver lives on the caller's own loop. Each
+  operation still runs as an inner task, because an anyio cancel scope is
+  level-triggered and would otherwise cancel the driver's own clean-up (asyncpg's
+  ROLLBACK) too, leaving a connection inside a transaction.
+- `ThreadLoop`, under trio (or any caller): a private asyncio loop in one daemon
+  thread owns the driver. One operation is one crossing; the caller is woken
+  without blocking either side.
+
+Both keep one promise under cancellation: the inner task is cancelled at most
+once, and only before the operation reaches its point of no return (`Op.commit`);
+then the caller waits for the outcome. So a call that returns has committed, and
+a call that raises the cancellation has changed nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import anyio
+
+from ._errors import UsageError
+
+T = TypeVar("T")
+
+
+class Op:
+    """Handed to each store operation so it can mark its point of no return."""
+
+    __slots__ = ("committing",)
+
+    def __init__(self) -> None:
+        self.committing = False
+
+    def commit(self) -> None:
+        """From here on, cancellation waits for the outcome instead of interrupting.
+
+        Call it just before the statement whose completion is the commit: after
+        it, the client could no longer tell whether the server committed.
+        """
+        self.committing = True
+
+
+OpFn = Callable[[Op], Coroutine[Any, Any, T]]
+
+
+def _outcome(task: asyncio.Task[T]) -> T:
+    # A driver error is re-raised as it is; result() does exactly that.
+    return task.result()
+
+
+class DriverLoop(ABC):
+    """Where a store's driver coroutines run."""
+
+    @abstractmethod
+    async def run(self, fn: OpFn[T]) -> T:
+        """Run ``fn`` as one store operation and return its result."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Stop the loop; the store has already closed its driver objects."""
+
+
+def open_driver_loop() -> DriverLoop:
+    """Pick the loop for a store opened from the current async context."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return ThreadLoop()
+    return HostLoop(loop)
+
+
+class HostLoop(DriverLoop):
+    """Driver coroutines on the caller's asyncio loop, one inner task each."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    async def run(self, fn: OpFn[T]) -> T:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not self._loop:
+            raise UsageError(
+                "This store was opened on another event loop. Open one store per event "
+                "loop, for example with 'async with store:' inside each anyio.run()."
+            )
+        op = Op()
+        task = loop.create_task(fn(op))
+        try:
+            await asyncio.wait((task,))
+        except asyncio.CancelledError:
+            if not op.committing:
+                task.cancel()
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait((task,))
+            if task.cancelled():
+                raise
+        return _outcome(task)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class ThreadLoop(DriverLoop):
+    """Driver coroutines on a private asyncio loop in one daemon thread."""
+
+    def __init__(self) -> None:
+        # Built directly, not through the event-loop policy, so that a trio host's
+        # process-wide asyncio settings are left alone.
+        self._loop = asyncio.SelectorEventLoop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="tether-store-loop", daemon=True
+        )
+        self._thread.start()
+
+    async def run(self, fn: OpFn[T]) -> T:
+        if self._loop.is_closed():
+            raise UsageError("This store is closed; open a new one.")
+        done = anyio.Event()
+        wake = _threadsafe_waker(done)
+        op = Op()
+        holder: list[asyncio.Task[T]] = []
+
+        def start() -> None:
+            task = self._loop.create_task(fn(op))
+            task.add_done_callback(lambda _: wake())
+            holder.append(task)
+
+        def cancel() -> None:
+            # Runs on the driver loop, the only thread that changes op.committing.
+            if not op.committing:
+                holder[0].cancel()
+
+        self._loop.call_soon_threadsafe(start)
+        try:
+            await done.wait()
+        except anyio.get_cancelled_exc_class():
+            self._loop.call_soon_threadsafe(cancel)
+            with anyio.CancelScope(shield=True):
+                await done.wait()
+            if holder[0].cancelled():
+                raise
+        return _outcome(holder[0])
+
+    async def aclose(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        await anyio.to_thread.run_sync(self._thread.join)
+        self._loop.close()
+
+
+def _threadsafe_waker(event: anyio.Event) -> Callable[[], None]:
+    """Return a callable that any thread may call to set ``event`` without blocking."""
+    try:
+        host = asyncio.get_running_loop()
+    except RuntimeError:
+        import trio
+
+        token = trio.lowlevel.current_trio_token()
+        return lambda: token.run_sync_soon(event.set)
+    return lambda: host.call_soon_threadsafe(event.set)

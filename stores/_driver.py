@@ -1,0 +1,74 @@
+"""Shared life cycle of the stores that sit on an asyncio-only driver."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import TypeVar
+
+import anyio
+
+from ._bridge import DriverLoop, OpFn, open_driver_loop
+from ._errors import UsageError
+from ._protocol import Store
+
+T = TypeVar("T")
+
+
+class DriverStore(Store):
+    """A `Store` whose operations run through a `DriverLoop`.
+
+    Opening is lazy: the first operation (or ``setup()``) picks the loop for the
+    current backend, connects and migrates. Subclasses implement `_open` and
+    `_close`, which run on the driver loop.
+    """
+
+    def __init__(self) -> None:
+        self._driver_loop: DriverLoop | None = None
+        self._open_lock: anyio.Lock | None = None
+        self._closed = False
+
+    @abstractmethod
+    async def _open(self) -> None:
+        """Connect and apply migrations (runs on the driver loop)."""
+
+    @abstractmethod
+    async def _close(self) -> None:
+        """Close driver objects (runs on the driver loop)."""
+
+    async def setup(self) -> None:
+        await self._loop()
+
+    async def _loop(self) -> DriverLoop:
+        if self._driver_loop is not None:
+            return self._driver_loop
+        if self._closed:
+            raise UsageError(f"{self!r} is closed. Create a new store to use the database again.")
+        if self._open_lock is None:
+            self._open_lock = anyio.Lock()
+        async with self._open_lock:
+            if self._driver_loop is None:
+                loop = open_driver_loop()
+                try:
+                    await loop.run(lambda op: self._open())
+                except BaseException:
+                    with anyio.CancelScope(shield=True):
+                        await loop.aclose()
+                    raise
+                self._driver_loop = loop
+        return self._driver_loop
+
+    async def _run(self, fn: OpFn[T]) -> T:
+        """Run one operation (one transaction) on the driver loop."""
+        loop = self._driver_loop or await self._loop()
+        return await loop.run(fn)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        loop, self._driver_loop = self._driver_loop, None
+        if loop is None:
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await loop.run(lambda op: self._close())
+            finally:
+                await loop.aclose()

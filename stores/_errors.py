@@ -1,0 +1,160 @@
+"""Every exception tether raises, in one tree.
+
+```
+TetherError
+├── StoreError
+│   ├── StoreUnavailable      the database cannot be reached or used; __cause__ is the driver error
+│   ├── StoreCorrupted        the file or schema is not a tether store, or is damaged
+│   ├── SchemaVersionError    the database was written by a newer tether
+│   ├── ExecutionNotFound     no execution with that id
+│   ├── ExecutionFinished     the execution is completed, failed or cancelled
+│   ├── LeaseHeld             another live process holds the execution's lease
+│   ├── StaleLease            a write fenced out: the lease was taken over
+│   ├── AlreadyResumed        the pending interrupt was claimed by someone else
+│   ├── NoPendingInterrupt    nothing is pending at that path
+│   └── DuplicateInterrupt    a pending interrupt already exists at that path
+├── SerializationError (also ValueError)   a value is not JSON
+├── ConfigurationError (also ValueError)   a bad URL, option or argument
+└── UsageError (also RuntimeError)         the API was used out of order
+```
+
+The store layer defines the whole tree because it is the bottom layer: the
+runtime and actors raise these same classes and re-export them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+
+class TetherError(Exception):
+    """Base class of every error tether raises on purpose."""
+
+
+class StoreError(TetherError):
+    """A store operation could not be carried out."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached or used; ``__cause__`` is the driver's error."""
+
+
+class StoreCorrupted(StoreError):
+    """The database is not a tether store, or it is damaged."""
+
+
+class SchemaVersionError(StoreError):
+    """The database was migrated by a newer version of tether than this one."""
+
+    def __init__(self, found: int, supported: int) -> None:
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"The database has schema version {found}, newer than the {supported} this "
+            f"version of tether understands. Upgrade tether, or use another database."
+        )
+
+
+class ExecutionNotFound(StoreError):
+    """No execution with the given id exists in the store."""
+
+    def __init__(self, execution_id: str) -> None:
+        self.execution_id = execution_id
+        super().__init__(
+            f"No execution {execution_id!r} in this store. Check the id "
+            f"(`tether executions` lists them) and that --store names the right database."
+        )
+
+
+class ExecutionFinished(StoreError):
+    """The execution already ended (completed, failed or cancelled) and cannot run again."""
+
+    def __init__(self, execution_id: str, status: str) -> None:
+        self.execution_id = execution_id
+        self.status = status
+        super().__init__(
+            f"Execution {execution_id!r} is {status}; a finished execution does not run "
+            f"again. Start a new execution id to run the work again."
+        )
+
+
+class LeaseHeld(StoreError):
+    """Another live process holds the execution's lease, so this one may not run it."""
+
+    def __init__(self, execution_id: str, owner: str, expires_at: datetime) -> None:
+        self.execution_id = execution_id
+        self.owner = owner
+        self.expires_at = expires_at
+        super().__init__(
+            f"Execution {execution_id!r} is being run by {owner!r} (lease valid until "
+            f"{expires_at.isoformat()}). Wait for it to finish, or for its lease to expire "
+            f"if that process died, then try again."
+        )
+
+
+class StaleLease(StoreError):
+    """A write was refused because the lease it carried was taken over (fencing)."""
+
+    def __init__(self, execution_id: str, epoch: int) -> None:
+        self.execution_id = execution_id
+        self.epoch = epoch
+        super().__init__(
+            f"Execution {execution_id!r}: this process's lease (epoch {epoch}) was taken "
+            f"over by another process, so its writes are refused. Stop working on it; "
+            f"the new holder continues the execution."
+        )
+
+
+class AlreadyResumed(StoreError):
+    """The pending interrupt was claimed by another resumer first."""
+
+    def __init__(self, execution_id: str, path: str) -> None:
+        self.execution_id = execution_id
+        self.path = path
+        super().__init__(
+            f"The interrupt of execution {execution_id!r} at {path!r} was already resumed "
+            f"by someone else. Nothing was changed; `tether show {execution_id}` shows "
+            f"the decision that was taken."
+        )
+
+
+class NoPendingInterrupt(StoreError):
+    """There is no pending interrupt to claim at the given path."""
+
+    def __init__(self, execution_id: str, path: str | None, pending: list[str]) -> None:
+        self.execution_id = execution_id
+        self.path = path
+        self.pending = pending
+        if path is None and pending:
+            detail = f"it has {len(pending)} pending interrupts; name one with path=: {pending}"
+        elif path is None:
+            detail = "it has no pending interrupt"
+        elif pending:
+            detail = f"nothing is pending at {path!r}; pending paths are {pending}"
+        else:
+            detail = f"nothing is pending at {path!r}, and nothing was ever resumed there"
+        super().__init__(f"Cannot resume execution {execution_id!r}: {detail}.")
+
+
+class DuplicateInterrupt(StoreError):
+    """A pending interrupt already exists at the path being suspended."""
+
+    def __init__(self, execution_id: str, path: str) -> None:
+        self.execution_id = execution_id
+        self.path = path
+        super().__init__(
+            f"Execution {execution_id!r} already has a pending interrupt at {path!r}. "
+            f"Two concurrent calls need distinct paths (the runtime numbers them '#2')."
+        )
+
+
+class SerializationError(TetherError, ValueError):
+    """A value handed to tether cannot be stored as JSON."""
+
+
+class ConfigurationError(TetherError, ValueError):
+    """A store URL, option or argument is invalid."""
+
+
+class UsageError(TetherError, RuntimeError):
+    """The API was used out of order, for example a closed store used again."""

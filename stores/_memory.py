@@ -1,0 +1,347 @@
+"""`MemoryStore`: the whole contract in one process's memory, for tests and examples."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import anyio.lowlevel
+from pydantic import JsonValue
+
+from . import _json
+from ._json import entry_rows
+from ._errors import (
+    AlreadyResumed,
+    DuplicateInterrupt,
+    ExecutionFinished,
+    ExecutionNotFound,
+    LeaseHeld,
+    NoPendingInterrupt,
+    StaleLease,
+    StoreError,
+    UsageError,
+)
+from ._models import (
+    FINAL_STATUSES,
+    Execution,
+    ExecutionStatus,
+    IdempotencyRecord,
+    JournalEntry,
+    Lease,
+    NewEntry,
+    NewExecution,
+    NewInterrupt,
+    PendingInterrupt,
+    StartResult,
+)
+from ._protocol import Store
+
+
+def _ts(value: float) -> datetime:
+    return datetime.fromtimestamp(value, UTC)
+
+
+@dataclass
+class _Run:
+    """One execution's rows. Values are kept as JSON text, as a database would."""
+
+    execution: Execution
+    input_json: str
+    next_seq: int = 1
+    journal: list[tuple[int, str, str, str, str, float]] = field(default_factory=list)
+    pending: dict[str, tuple[str, str, int, float]] = field(default_factory=dict)
+    records: dict[str, tuple[str, float]] = field(default_factory=dict)
+
+
+class MemoryStore(Store):
+    """A `Store` held in memory: same semantics as the databases, one process, no disk.
+
+    Every method does its work without awaiting in between, so each is atomic
+    with respect to other tasks, as a transaction would be.
+    """
+
+    def __init__(self) -> None:
+        self._runs: dict[str, _Run] = {}
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return "MemoryStore()"
+
+    async def setup(self) -> None:
+        await self._enter()
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+    async def _enter(self) -> None:
+        await anyio.lowlevel.checkpoint()
+        if self._closed:
+            raise UsageError(f"{self!r} is closed. Create a new store to use it again.")
+
+    def _get(self, execution_id: str) -> _Run:
+        run = self._runs.get(execution_id)
+        if run is None:
+            raise ExecutionNotFound(execution_id)
+        return run
+
+    def _update(self, run: _Run, **changes: object) -> None:
+        run.execution = run.execution.model_copy(update=changes)
+
+    def _fenced(self, lease: Lease) -> _Run:
+        run = self._get(lease.execution_id)
+        ex = run.execution
+        if ex.lease_epoch != lease.epoch or ex.lease_owner != lease.owner:
+            raise StaleLease(lease.execution_id, lease.epoch)
+        return run
+
+    @staticmethod
+    def _add_entries(run: _Run, rows: list[tuple[str, str, str, str]], now: float) -> list[int]:
+        seqs = []
+        for path, label, kind, payload in rows:
+            run.journal.append((run.next_seq, path, label, kind, payload, now))
+            seqs.append(run.next_seq)
+            run.next_seq += 1
+        return seqs
+
+    # -- executions ----------------------------------------------------------
+
+    async def start_execution(
+        self, new: NewExecution, *, owner: str, lease_seconds: float
+    ) -> StartResult:
+        input_json = _json.dumps(new.input, what="the execution's input")
+        await self._enter()
+        existing = self._runs.get(new.execution_id)
+        if existing is not None:
+            return StartResult(execution=existing.execution, created=False)
+        now = time.time()
+        execution = Execution(
+            execution_id=new.execution_id, runner=new.runner, root_path=new.root_path,
+            fingerprint=new.fingerprint, status="running", input=_json.loads(input_json),
+            lease_owner=owner, lease_expires_at=_ts(now + lease_seconds), lease_epoch=1,
+            created_at=_ts(now), updated_at=_ts(now),
+        )
+        self._runs[new.execution_id] = _Run(execution, input_json)
+        lease = Lease(execution_id=new.execution_id, owner=owner, epoch=1,
+                      expires_at=_ts(now + lease_seconds))
+        return StartResult(execution=execution, created=True, lease=lease)
+
+    async def get_execution(self, execution_id: str) -> Execution | None:
+        await self._enter()
+        run = self._runs.get(execution_id)
+        return None if run is None else run.execution
+
+    async def list_executions(
+        self,
+        *,
+        status: ExecutionStatus | None = None,
+        limit: int = 100,
+        after: Execution | None = None,
+    ) -> list[Execution]:
+        await self._enter()
+        rows = sorted((r.execution for r in self._runs.values()),
+                      key=lambda e: (e.created_at, e.execution_id))
+        if status is not None:
+            rows = [e for e in rows if e.status == status]
+        if after is not None:
+            mark = (after.created_at, after.execution_id)
+            rows = [e for e in rows if (e.created_at, e.execution_id) > mark]
+        return rows[:limit]
+
+    # -- leases ----------------------------------------------------------------
+
+    async def acquire_lease(self, execution_id: str, *, owner: str, lease_seconds: float) -> Lease:
+        await self._enter()
+        run = self._get(execution_id)
+        ex = run.execution
+        now = time.time()
+        if ex.status in FINAL_STATUSES:
+            raise ExecutionFinished(execution_id, ex.status)
+        held = ex.lease_owner is not None and ex.lease_expires_at is not None
+        if held and ex.lease_owner != owner and ex.lease_expires_at > _ts(now):  # type: ignore[operator]
+            raise LeaseHeld(execution_id, ex.lease_owner, ex.lease_expires_at)  # type: ignore[arg-type]
+        lease = Lease(execution_id=execution_id, owner=owner, epoch=ex.lease_epoch + 1,
+                      expires_at=_ts(now + lease_seconds))
+        self._update(run, lease_owner=owner, lease_expires_at=lease.expires_at,
+                     lease_epoch=lease.epoch, status="running", updated_at=_ts(now))
+        return lease
+
+    async def renew_lease(self, lease: Lease, *, lease_seconds: float) -> Lease:
+        await self._enter()
+        run = self._fenced(lease)
+        renewed = lease.model_copy(update={"expires_at": _ts(time.time() + lease_seconds)})
+        self._update(run, lease_expires_at=renewed.expires_at)
+        return renewed
+
+    async def release_lease(
+        self,
+        lease: Lease,
+        *,
+        status: ExecutionStatus | None = None,
+        result: JsonValue = None,
+        error: str | None = None,
+        entries: Sequence[NewEntry] = (),
+    ) -> list[int]:
+        rows = entry_rows(entries)
+        final = status in FINAL_STATUSES
+        result_json = _json.dumps(result, what="the execution's result") if final else None
+        await self._enter()
+        run = self._fenced(lease)
+        now = time.time()
+        changes: dict[str, object] = {"lease_owner": None, "lease_expires_at": None,
+                                      "updated_at": _ts(now)}
+        if status is not None:
+            changes["status"] = status
+        if final:
+            changes["result"] = _json.loads(result_json)  # type: ignore[arg-type]
+            changes["error"] = error
+            run.pending.clear()
+        self._update(run, **changes)
+        return self._add_entries(run, rows, now)
+
+    # -- journal -------------------------------------------------------------
+
+    async def append(self, lease: Lease, entries: Sequence[NewEntry]) -> list[int]:
+        rows = entry_rows(entries)
+        await self._enter()
+        return self._add_entries(self._fenced(lease), rows, time.time())
+
+    async def read_journal(
+        self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[JournalEntry]:
+        await self._enter()
+        run = self._runs.get(execution_id)
+        if run is None:
+            return []
+        rows = [r for r in run.journal if r[0] > after_seq]
+        if limit is not None:
+            rows = rows[:limit]
+        return [
+            JournalEntry(execution_id=execution_id, seq=seq, path=path, label=label, kind=kind,  # type: ignore[arg-type]
+                         payload=_json.loads(payload), created_at=_ts(at))
+            for seq, path, label, kind, payload, at in rows
+        ]
+
+    async def suspend(
+        self, lease: Lease, entries: Sequence[NewEntry], interrupt: NewInterrupt
+    ) -> PendingInterrupt:
+        rows = entry_rows(entries)
+        context_json = _json.dumps(interrupt.context, what="the interrupt's context")
+        await self._enter()
+        run = self._fenced(lease)
+        if interrupt.path in run.pending:
+            raise DuplicateInterrupt(lease.execution_id, interrupt.path)
+        now = time.time()
+        seqs = self._add_entries(run, rows, now)
+        seq = seqs[-1] if seqs else run.next_seq - 1
+        run.pending[interrupt.path] = (interrupt.reason, context_json, seq, now)
+        return PendingInterrupt(execution_id=lease.execution_id, agent_path=interrupt.path,
+                                reason=interrupt.reason, context=_json.loads(context_json),
+                                seq=seq, created_at=_ts(now))
+
+    async def claim(
+        self,
+        execution_id: str,
+        value: JsonValue,
+        *,
+        path: str | None = None,
+        seq: int | None = None,
+    ) -> JournalEntry:
+        _json.dumps(value, what="the resume value")
+        await self._enter()
+        run = self._get(execution_id)
+        target = path
+        if target is None:
+            paths = sorted(run.pending)
+            if len(paths) > 1:
+                raise NoPendingInterrupt(execution_id, None, paths)
+            target = paths[0] if paths else None
+        row = run.pending.get(target) if target is not None else None
+        if row is None or (seq is not None and row[2] != seq):
+            raise self._explain_failed_claim(run, execution_id, target)
+        del run.pending[target]  # type: ignore[arg-type]
+        payload = {"value": value, "suspended_seq": row[2], "reason": row[0]}
+        now = time.time()
+        [new_seq] = self._add_entries(
+            run, [(target, "resumed", "resumed", _json.dumps(payload))], now  # type: ignore[list-item]
+        )
+        return JournalEntry(execution_id=execution_id, seq=new_seq, path=target,  # type: ignore[arg-type]
+                            label="resumed", kind="resumed", payload=payload, created_at=_ts(now))
+
+    @staticmethod
+    def _explain_failed_claim(run: _Run, execution_id: str, path: str | None) -> StoreError:
+        resumed = [r[1] for r in run.journal if r[3] == "resumed" and (path is None or r[1] == path)]
+        if (path is not None and path in run.pending) or resumed:
+            return AlreadyResumed(execution_id, path if path is not None else resumed[-1])
+        return NoPendingInterrupt(execution_id, path, sorted(run.pending))
+
+    def _pending_rows(self, execution_id: str | None, path_prefix: str | None) -> list[PendingInterrupt]:
+        rows = []
+        for run in self._runs.values():
+            if execution_id is not None and run.execution.execution_id != execution_id:
+                continue
+            for path, (reason, context, seq, at) in run.pending.items():
+                if path_prefix and not path.startswith(path_prefix):
+                    continue
+                rows.append(PendingInterrupt(
+                    execution_id=run.execution.execution_id, agent_path=path, reason=reason,
+                    context=_json.loads(context), seq=seq, created_at=_ts(at)))
+        rows.sort(key=lambda p: (p.created_at, p.execution_id, p.agent_path))
+        return rows
+
+    async def list_pending(
+        self,
+        *,
+        execution_id: str | None = None,
+        path_prefix: str | None = None,
+        limit: int = 100,
+        after: PendingInterrupt | None = None,
+    ) -> list[PendingInterrupt]:
+        await self._enter()
+        rows = self._pending_rows(execution_id, path_prefix)
+        if after is not None:
+            mark = (after.created_at, after.execution_id, after.agent_path)
+            rows = [p for p in rows if (p.created_at, p.execution_id, p.agent_path) > mark]
+        return rows[:limit]
+
+    async def count_pending(
+        self, *, execution_id: str | None = None, path_prefix: str | None = None
+    ) -> int:
+        await self._enter()
+        return len(self._pending_rows(execution_id, path_prefix))
+
+    # -- idempotency ---------------------------------------------------------
+
+    async def get_idempotent(self, execution_id: str, key: str) -> IdempotencyRecord | None:
+        await self._enter()
+        run = self._runs.get(execution_id)
+        if run is None or key not in run.records:
+            return None
+        value, at = run.records[key]
+        return IdempotencyRecord(execution_id=execution_id, key=key,
+                                 value=_json.loads(value), created_at=_ts(at))
+
+    async def put_idempotent(self, lease: Lease, key: str, value: JsonValue) -> IdempotencyRecord:
+        value_json = _json.dumps(value, what=f"the result recorded for {key!r}")
+        await self._enter()
+        run = self._fenced(lease)
+        stored, at = run.records.setdefault(key, (value_json, time.time()))
+        return IdempotencyRecord(execution_id=lease.execution_id, key=key,
+                                 value=_json.loads(stored), created_at=_ts(at))
+
+    # -- maintenance ---------------------------------------------------------
+
+    async def delete_execution(self, execution_id: str) -> bool:
+        await self._enter()
+        return self._runs.pop(execution_id, None) is not None
+
+    async def prune(self, *, older_than: datetime) -> int:
+        await self._enter()
+        doomed = [i for i, r in self._runs.items()
+                  if r.execution.status in FINAL_STATUSES and r.execution.updated_at < older_than]
+        for execution_id in doomed:
+            del self._runs[execution_id]
+        return len(doomed)
+
+

@@ -1,0 +1,113 @@
+"""Numbered schema migrations, one list of statements per version.
+
+Entry 0 creates the version table itself. `setup()` applies, in one transaction
+under a lock, every version above the one recorded; adding a version means
+appending a list here, never editing an old one.
+"""
+
+from __future__ import annotations
+
+SQLITE_MIGRATIONS: list[list[str]] = [
+    ["CREATE TABLE IF NOT EXISTS tether_schema (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"],
+    [
+        """CREATE TABLE tether_executions (
+            id TEXT PRIMARY KEY,
+            runner TEXT NOT NULL,
+            root_path TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            status TEXT NOT NULL,
+            input TEXT NOT NULL,
+            result TEXT,
+            error TEXT,
+            lease_owner TEXT,
+            lease_expires_at REAL,
+            lease_epoch INTEGER NOT NULL DEFAULT 0,
+            next_seq INTEGER NOT NULL DEFAULT 1,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        )""",
+        "CREATE INDEX tether_executions_by_status ON tether_executions (status, updated_at)",
+        "CREATE INDEX tether_executions_by_created ON tether_executions (created_at, id)",
+        """CREATE TABLE tether_journal (
+            execution_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            path TEXT NOT NULL,
+            label TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (execution_id, seq)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE tether_pending (
+            execution_id TEXT NOT NULL,
+            path TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            context TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (execution_id, path)
+        )""",
+        "CREATE INDEX tether_pending_by_age ON tether_pending (created_at, execution_id, path)",
+        """CREATE TABLE tether_idempotency (
+            execution_id TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (execution_id, key)
+        ) WITHOUT ROWID""",
+    ],
+]
+
+POSTGRES_MIGRATIONS: list[list[str]] = [
+    [
+        "CREATE TABLE IF NOT EXISTS tether_schema "
+        "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+    ],
+    [
+        """CREATE TABLE tether_executions (
+            id text PRIMARY KEY,
+            runner text NOT NULL,
+            root_path text NOT NULL,
+            fingerprint text NOT NULL,
+            status text NOT NULL,
+            input json NOT NULL,
+            result json,
+            error text,
+            lease_owner text,
+            lease_expires_at timestamptz,
+            lease_epoch bigint NOT NULL DEFAULT 0,
+            next_seq bigint NOT NULL DEFAULT 1,
+            created_at timestamptz NOT NULL,
+            updated_at timestamptz NOT NULL
+        )""",
+        "CREATE INDEX tether_executions_by_status ON tether_executions (status, updated_at)",
+        "CREATE INDEX tether_executions_by_created ON tether_executions (created_at, id)",
+        """CREATE TABLE tether_journal (
+            execution_id text NOT NULL,
+            seq bigint NOT NULL,
+            path text NOT NULL,
+            label text NOT NULL,
+            kind text NOT NULL,
+            payload json NOT NULL,
+            created_at timestamptz NOT NULL,
+            PRIMARY KEY (execution_id, seq)
+        )""",
+        """CREATE TABLE tether_pending (
+            execution_id text NOT NULL,
+            path text NOT NULL,
+            reason text NOT NULL,
+            context json NOT NULL,
+            seq bigint NOT NULL,
+            created_at timestamptz NOT NULL,
+            PRIMARY KEY (execution_id, path)
+        )""",
+        "CREATE INDEX tether_pending_by_age ON tether_pending (created_at, execution_id, path)",
+        """CREATE TABLE tether_idempotency (
+            execution_id text NOT NULL,
+            key text NOT NULL,
+            value json NOT NULL,
+            created_at timestamptz NOT NULL,
+            PRIMARY KEY (execution_id, key)
+        )""",
+    ],
+]

@@ -1,0 +1,138 @@
+"""The rows a store reads and writes, as pydantic models.
+
+Payloads are JSON values (`JsonValue`): the store serializes them itself, so a
+value that is not JSON is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+ExecutionStatus = Literal["running", "paused", "completed", "failed", "cancelled"]
+"""Where an execution stands. The last three are final."""
+
+FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+
+EntryKind = Literal["entry", "snapshot", "suspended", "resumed"]
+"""What a journal entry is.
+
+- ``entry``: what one message boundary changed (a delta, never a full copy);
+- ``snapshot``: the full state of one actor, written every K entries and at suspension;
+- ``suspended``: an actor stopped at an ``interrupt()``;
+- ``resumed``: a resume decision, written by the claim that consumed a pending interrupt.
+"""
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NewExecution(_Row):
+    """What a caller provides to start an execution."""
+
+    execution_id: str = Field(min_length=1, max_length=512)
+    runner: str = Field(min_length=1, description="Name of the runner (root actor) that runs it.")
+    root_path: str = Field(min_length=1, description="Path of the root actor, e.g. 'chain:refund'.")
+    fingerprint: str = Field(default="", description="Hash of the runner's definition.")
+    input: JsonValue = None
+
+
+class Execution(_Row):
+    """One durable run of a root actor, as stored."""
+
+    execution_id: str
+    runner: str
+    root_path: str
+    fingerprint: str
+    status: ExecutionStatus
+    input: JsonValue
+    result: JsonValue = None
+    error: str | None = None
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    lease_epoch: int = 0
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def finished(self) -> bool:
+        """True once the execution is completed, failed or cancelled."""
+        return self.status in FINAL_STATUSES
+
+
+class Lease(_Row):
+    """The right to write an execution's journal, fenced by ``epoch``.
+
+    Every acquisition increments the epoch; a write carrying an older epoch is
+    refused with `StaleLease`, so a process whose lease was taken over can no
+    longer change anything.
+    """
+
+    execution_id: str
+    owner: str
+    epoch: int
+    expires_at: datetime
+
+
+class StartResult(_Row):
+    """What `Store.start_execution` found or made."""
+
+    execution: Execution
+    created: bool
+    lease: Lease | None = Field(default=None, description="Set when this call created the execution.")
+
+
+class NewEntry(_Row):
+    """A journal entry to append; the store assigns its sequence number."""
+
+    path: str
+    label: str
+    kind: EntryKind = "entry"
+    payload: JsonValue = None
+
+
+class JournalEntry(_Row):
+    """A journal entry as stored, ordered by ``seq`` within its execution."""
+
+    execution_id: str
+    seq: int
+    path: str
+    label: str
+    kind: EntryKind
+    payload: JsonValue
+    created_at: datetime
+
+
+class NewInterrupt(_Row):
+    """A pending interrupt to record when an actor suspends."""
+
+    path: str = Field(min_length=1)
+    reason: str
+    context: JsonValue = None
+
+
+class PendingInterrupt(_Row):
+    """A suspended call waiting for a resume decision.
+
+    ``agent_path`` is the full path of the call, for example
+    ``supervisor:planner/worker:auditor/tool:approve_refund``.
+    """
+
+    execution_id: str
+    agent_path: str
+    reason: str
+    context: JsonValue
+    seq: int = Field(description="Sequence number of the 'suspended' journal entry.")
+    created_at: datetime
+
+
+class IdempotencyRecord(_Row):
+    """The recorded result of one ``@idempotent`` call."""
+
+    execution_id: str
+    key: str
+    value: JsonValue
+    created_at: datetime

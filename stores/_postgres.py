@@ -1,0 +1,537 @@
+"""`PostgresStore`: the production and multi-machine store, on asyncpg.
+
+Every write is ONE statement: data-modifying CTEs fence, number, insert and
+delete together, so a write is one round trip and atomic on its own. A write that
+has been sent is never cancelled (the client could not tell whether the server
+committed); the caller waits for its answer, which takes one round trip.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import JsonValue
+
+from . import _json
+from ._bridge import Op
+from ._driver import DriverStore
+from ._errors import (
+    AlreadyResumed,
+    DuplicateInterrupt,
+    ExecutionFinished,
+    ExecutionNotFound,
+    LeaseHeld,
+    NoPendingInterrupt,
+    SchemaVersionError,
+    StaleLease,
+    StoreError,
+    StoreUnavailable,
+)
+from ._json import entry_rows
+from ._migrations import POSTGRES_MIGRATIONS
+from ._models import (
+    FINAL_STATUSES,
+    Execution,
+    ExecutionStatus,
+    IdempotencyRecord,
+    JournalEntry,
+    Lease,
+    NewEntry,
+    NewExecution,
+    NewInterrupt,
+    PendingInterrupt,
+    StartResult,
+)
+from ._protocol import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import asyncpg
+
+_EXEC_COLS = (
+    "id, runner, root_path, fingerprint, status, input, result, error, "
+    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at"
+)
+_PENDING_COLS = "execution_id, path, reason, context, seq, created_at"
+_FINAL_SQL = "('completed', 'failed', 'cancelled')"
+_FENCE = "id = $1 AND lease_epoch = $2 AND lease_owner = $3"
+# Inserts the entries given as four parallel arrays, numbered from bump.first.
+_INSERT_ENTRIES = """
+    INSERT INTO tether_journal (execution_id, seq, path, label, kind, payload, created_at)
+    SELECT $1, bump.first + e.ord - 1, e.path, e.label, e.kind, e.payload::json, now()
+    FROM bump, unnest($5::text[], $6::text[], $7::text[], $8::text[])
+        WITH ORDINALITY AS e(path, label, kind, payload, ord)
+    RETURNING seq
+"""
+# A lock id for migrations, so concurrent starters apply them once.
+_MIGRATION_LOCK = 0x7E7E_0001
+
+
+def _execution(row: asyncpg.Record) -> Execution:
+    return Execution(
+        execution_id=row["id"],
+        runner=row["runner"],
+        root_path=row["root_path"],
+        fingerprint=row["fingerprint"],
+        status=row["status"],
+        input=_json.loads(row["input"]),
+        result=None if row["result"] is None else _json.loads(row["result"]),
+        error=row["error"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=row["lease_expires_at"],
+        lease_epoch=row["lease_epoch"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _pending(row: asyncpg.Record) -> PendingInterrupt:
+    return PendingInterrupt(
+        execution_id=row["execution_id"],
+        agent_path=row["path"],
+        reason=row["reason"],
+        context=_json.loads(row["context"]),
+        seq=row["seq"],
+        created_at=row["created_at"],
+    )
+
+
+def redact(dsn: str) -> str:
+    """The DSN with its password replaced, for messages and logs."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", dsn)
+
+
+def _columns(rows: list[tuple[str, str, str, str]]) -> list[list[str]]:
+    return [list(column) for column in zip(*rows, strict=True)] if rows else [[], [], [], []]
+
+
+class PostgresStore(DriverStore):
+    """A store in a PostgreSQL database, for many processes on many machines.
+
+    Args:
+        dsn: A libpq connection URL, ``postgresql://user@host:5432/db``.
+        min_size: Connections the pool keeps open.
+        max_size: Most connections the pool opens.
+        connect_timeout: Seconds to wait for the server before `StoreUnavailable`.
+
+    Tables are prefixed ``tether_``, so they can share a database with an
+    application's own.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        super().__init__()
+        self.dsn = dsn
+        self.min_size = min_size
+        self.max_size = max_size
+        self.connect_timeout = connect_timeout
+        self._pool: asyncpg.Pool | None = None
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({redact(self.dsn)!r})"
+
+    # -- plumbing ------------------------------------------------------------
+
+    @contextmanager
+    def _map_errors(self) -> Iterator[None]:
+        import asyncpg
+
+        try:
+            yield
+        except StoreError:
+            raise
+        except (OSError, TimeoutError, asyncpg.PostgresConnectionError,
+                asyncpg.InterfaceError, asyncpg.CannotConnectNowError) as exc:
+            raise StoreUnavailable(
+                f"Postgres at {redact(self.dsn)} is unavailable ({type(exc).__name__}: {exc}). "
+                f"Check that the server is running and the DSN is right."
+            ) from exc
+        except asyncpg.PostgresError as exc:
+            raise StoreUnavailable(
+                f"Postgres at {redact(self.dsn)} refused an operation ({type(exc).__name__}: {exc})."
+            ) from exc
+
+    async def _open(self) -> None:
+        import asyncpg
+
+        async def keep_session(conn: asyncpg.Connection) -> None:
+            # Every operation is one statement, so a released connection carries
+            # no session state; skipping asyncpg's reset query saves a round trip.
+            if conn.is_in_transaction():
+                await conn.execute("ROLLBACK")
+
+        with self._map_errors():
+            self._pool = await asyncpg.create_pool(
+                self.dsn, min_size=self.min_size, max_size=self.max_size,
+                timeout=self.connect_timeout, reset=keep_session,
+            )
+            try:
+                async with self._pool.acquire() as conn, conn.transaction():
+                    await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+                    for statement in POSTGRES_MIGRATIONS[0]:
+                        await conn.execute(statement)
+                    current = await conn.fetchval("SELECT max(version) FROM tether_schema") or 0
+                    if current > SCHEMA_VERSION:
+                        raise SchemaVersionError(current, SCHEMA_VERSION)
+                    for version in range(current + 1, SCHEMA_VERSION + 1):
+                        for statement in POSTGRES_MIGRATIONS[version]:
+                            await conn.execute(statement)
+                        await conn.execute("INSERT INTO tether_schema (version) VALUES ($1)", version)
+            except BaseException:
+                await self._pool.close()
+                self._pool = None
+                raise
+
+    async def _close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def _fetch(self, sql: str, *args: Any, write: bool = False) -> list[asyncpg.Record]:
+        async def op_fn(op: Op) -> list[asyncpg.Record]:
+            assert self._pool is not None
+            with self._map_errors():
+                async with self._pool.acquire() as conn:
+                    if write:
+                        op.commit()
+                    return await conn.fetch(sql, *args)  # type: ignore[no-any-return]
+
+        return await self._run(op_fn)
+
+    async def _explain_fence(self, lease: Lease) -> StoreError:
+        rows = await self._fetch("SELECT 1 FROM tether_executions WHERE id = $1", lease.execution_id)
+        return StaleLease(lease.execution_id, lease.epoch) if rows else ExecutionNotFound(lease.execution_id)
+
+    # -- executions ----------------------------------------------------------
+
+    async def start_execution(
+        self, new: NewExecution, *, owner: str, lease_seconds: float
+    ) -> StartResult:
+        input_json = _json.dumps(new.input, what="the execution's input")
+        rows = await self._fetch(
+            f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
+            "VALUES ($1, $2, $3, $4, 'running', $5::json, NULL, NULL, $6, "
+            "now() + make_interval(secs => $7), 1, now(), now(), 1) "
+            f"ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
+            new.execution_id, new.runner, new.root_path, new.fingerprint, input_json,
+            owner, float(lease_seconds), write=True,
+        )
+        if rows:
+            execution = _execution(rows[0])
+            lease = Lease(execution_id=new.execution_id, owner=owner, epoch=1,
+                          expires_at=execution.lease_expires_at)
+            return StartResult(execution=execution, created=True, lease=lease)
+        existing = await self.get_execution(new.execution_id)
+        assert existing is not None  # executions are only removed by delete/prune
+        return StartResult(execution=existing, created=False)
+
+    async def get_execution(self, execution_id: str) -> Execution | None:
+        rows = await self._fetch(
+            f"SELECT {_EXEC_COLS} FROM tether_executions WHERE id = $1", execution_id
+        )
+        return _execution(rows[0]) if rows else None
+
+    async def list_executions(
+        self,
+        *,
+        status: ExecutionStatus | None = None,
+        limit: int = 100,
+        after: Execution | None = None,
+    ) -> list[Execution]:
+        rows = await self._fetch(
+            f"SELECT {_EXEC_COLS} FROM tether_executions "
+            "WHERE ($1::text IS NULL OR status = $1) "
+            "AND ($2::timestamptz IS NULL OR (created_at, id) > ($2, $3)) "
+            "ORDER BY created_at, id LIMIT $4",
+            status, after.created_at if after else None, after.execution_id if after else None,
+            limit,
+        )
+        return [_execution(r) for r in rows]
+
+    # -- leases ----------------------------------------------------------------
+
+    async def acquire_lease(self, execution_id: str, *, owner: str, lease_seconds: float) -> Lease:
+        rows = await self._fetch(
+            "UPDATE tether_executions SET lease_owner = $2, "
+            "lease_expires_at = now() + make_interval(secs => $3), "
+            "lease_epoch = lease_epoch + 1, status = 'running', updated_at = now() "
+            f"WHERE id = $1 AND status NOT IN {_FINAL_SQL} "
+            "AND (lease_owner IS NULL OR lease_expires_at <= now() OR lease_owner = $2) "
+            "RETURNING lease_epoch, lease_expires_at",
+            execution_id, owner, float(lease_seconds), write=True,
+        )
+        if rows:
+            return Lease(execution_id=execution_id, owner=owner, epoch=rows[0]["lease_epoch"],
+                         expires_at=rows[0]["lease_expires_at"])
+        found = await self._fetch(
+            "SELECT status, lease_owner, lease_expires_at FROM tether_executions WHERE id = $1",
+            execution_id,
+        )
+        if not found:
+            raise ExecutionNotFound(execution_id)
+        if found[0]["status"] in FINAL_STATUSES:
+            raise ExecutionFinished(execution_id, found[0]["status"])
+        raise LeaseHeld(execution_id, found[0]["lease_owner"], found[0]["lease_expires_at"])
+
+    async def renew_lease(self, lease: Lease, *, lease_seconds: float) -> Lease:
+        rows = await self._fetch(
+            "UPDATE tether_executions SET lease_expires_at = now() + make_interval(secs => $4) "
+            f"WHERE {_FENCE} RETURNING lease_expires_at",
+            lease.execution_id, lease.epoch, lease.owner, float(lease_seconds), write=True,
+        )
+        if not rows:
+            raise StaleLease(lease.execution_id, lease.epoch)
+        return lease.model_copy(update={"expires_at": rows[0]["lease_expires_at"]})
+
+    async def release_lease(
+        self,
+        lease: Lease,
+        *,
+        status: ExecutionStatus | None = None,
+        result: JsonValue = None,
+        error: str | None = None,
+        entries: Sequence[NewEntry] = (),
+    ) -> list[int]:
+        rows = entry_rows(entries)
+        final = status in FINAL_STATUSES
+        result_json = _json.dumps(result, what="the execution's result") if final else None
+        out = await self._fetch(
+            f"""WITH bump AS (
+                UPDATE tether_executions SET next_seq = next_seq + $4,
+                    lease_owner = NULL, lease_expires_at = NULL,
+                    status = coalesce($9::text, status),
+                    result = CASE WHEN $10 THEN $11::json ELSE result END,
+                    error = CASE WHEN $10 THEN $12::text ELSE error END,
+                    updated_at = now()
+                WHERE {_FENCE} RETURNING next_seq - $4 AS first
+            ), cleared AS (
+                DELETE FROM tether_pending
+                WHERE $10 AND execution_id = $1 AND EXISTS (SELECT 1 FROM bump)
+            ), inserted AS ({_INSERT_ENTRIES})
+            SELECT first FROM bump""",
+            lease.execution_id, lease.epoch, lease.owner, len(rows), *_columns(rows),
+            status, final, result_json, error, write=True,
+        )
+        if not out:
+            raise await self._explain_fence(lease)
+        first = out[0]["first"]
+        return list(range(first, first + len(rows)))
+
+    # -- journal -------------------------------------------------------------
+
+    async def append(self, lease: Lease, entries: Sequence[NewEntry]) -> list[int]:
+        rows = entry_rows(entries)
+        if not rows:
+            return []
+        out = await self._fetch(
+            f"""WITH bump AS (
+                UPDATE tether_executions SET next_seq = next_seq + $4
+                WHERE {_FENCE} RETURNING next_seq - $4 AS first
+            ) {_INSERT_ENTRIES}""",
+            lease.execution_id, lease.epoch, lease.owner, len(rows), *_columns(rows), write=True,
+        )
+        if not out:
+            raise await self._explain_fence(lease)
+        return sorted(r["seq"] for r in out)
+
+    async def read_journal(
+        self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[JournalEntry]:
+        rows = await self._fetch(
+            "SELECT seq, path, label, kind, payload, created_at FROM tether_journal "
+            "WHERE execution_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            execution_id, after_seq, limit,
+        )
+        return [
+            JournalEntry(execution_id=execution_id, seq=r["seq"], path=r["path"], label=r["label"],
+                         kind=r["kind"], payload=_json.loads(r["payload"]),
+                         created_at=r["created_at"])
+            for r in rows
+        ]
+
+    async def suspend(
+        self, lease: Lease, entries: Sequence[NewEntry], interrupt: NewInterrupt
+    ) -> PendingInterrupt:
+        import asyncpg
+
+        rows = entry_rows(entries)
+        context_json = _json.dumps(interrupt.context, what="the interrupt's context")
+        try:
+            out = await self._fetch(
+                f"""WITH bump AS (
+                    UPDATE tether_executions SET next_seq = next_seq + $4
+                    WHERE {_FENCE} RETURNING next_seq - $4 AS first
+                ), inserted AS ({_INSERT_ENTRIES})
+                INSERT INTO tether_pending ({_PENDING_COLS})
+                SELECT $1, $9, $10, $11::json, bump.first + $4 - 1, now() FROM bump
+                RETURNING {_PENDING_COLS}""",
+                lease.execution_id, lease.epoch, lease.owner, len(rows), *_columns(rows),
+                interrupt.path, interrupt.reason, context_json, write=True,
+            )
+        except StoreUnavailable as exc:
+            if isinstance(exc.__cause__, asyncpg.UniqueViolationError):
+                raise DuplicateInterrupt(lease.execution_id, interrupt.path) from exc.__cause__
+            raise
+        if not out:
+            raise await self._explain_fence(lease)
+        return _pending(out[0])
+
+    async def claim(
+        self,
+        execution_id: str,
+        value: JsonValue,
+        *,
+        path: str | None = None,
+        seq: int | None = None,
+    ) -> JournalEntry:
+        value_json = _json.dumps(value, what="the resume value")
+        target = path
+        if target is None:
+            paths = await self._pending_paths(execution_id)
+            if len(paths) > 1:
+                raise NoPendingInterrupt(execution_id, None, paths)
+            target = paths[0] if paths else None
+        out = []
+        if target is not None:
+            out = await self._fetch(
+                """WITH claimed AS (
+                    DELETE FROM tether_pending
+                    WHERE execution_id = $1 AND path = $2 AND ($3::bigint IS NULL OR seq = $3)
+                    RETURNING reason, seq
+                ), bump AS (
+                    UPDATE tether_executions SET next_seq = next_seq + 1
+                    FROM claimed WHERE id = $1 RETURNING next_seq - 1 AS seq
+                )
+                INSERT INTO tether_journal (execution_id, seq, path, label, kind, payload, created_at)
+                SELECT $1, bump.seq, $2, 'resumed', 'resumed',
+                    json_build_object('value', $4::json, 'suspended_seq', claimed.seq,
+                                      'reason', claimed.reason),
+                    now()
+                FROM bump, claimed
+                RETURNING seq, payload, created_at""",
+                execution_id, target, seq, value_json, write=True,
+            )
+        if not out:
+            raise await self._explain_failed_claim(execution_id, target)
+        row = out[0]
+        return JournalEntry(execution_id=execution_id, seq=row["seq"], path=target,  # type: ignore[arg-type]
+                            label="resumed", kind="resumed", payload=_json.loads(row["payload"]),
+                            created_at=row["created_at"])
+
+    async def _pending_paths(self, execution_id: str) -> list[str]:
+        rows = await self._fetch(
+            "SELECT path FROM tether_pending WHERE execution_id = $1 ORDER BY path", execution_id
+        )
+        return [r["path"] for r in rows]
+
+    async def _explain_failed_claim(self, execution_id: str, path: str | None) -> StoreError:
+        if await self.get_execution(execution_id) is None:
+            return ExecutionNotFound(execution_id)
+        pending = await self._pending_paths(execution_id)
+        resumed = await self._fetch(
+            "SELECT path FROM tether_journal WHERE execution_id = $1 AND kind = 'resumed' "
+            "AND ($2::text IS NULL OR path = $2) ORDER BY seq DESC LIMIT 1",
+            execution_id, path,
+        )
+        if (path is not None and path in pending) or resumed:
+            return AlreadyResumed(execution_id, path if path is not None else resumed[0]["path"])
+        return NoPendingInterrupt(execution_id, path, pending)
+
+    async def list_pending(
+        self,
+        *,
+        execution_id: str | None = None,
+        path_prefix: str | None = None,
+        limit: int = 100,
+        after: PendingInterrupt | None = None,
+    ) -> list[PendingInterrupt]:
+        rows = await self._fetch(
+            f"SELECT {_PENDING_COLS} FROM tether_pending "
+            "WHERE ($1::text IS NULL OR execution_id = $1) "
+            "AND ($2::text IS NULL OR starts_with(path, $2)) "
+            "AND ($3::timestamptz IS NULL OR (created_at, execution_id, path) > ($3, $4, $5)) "
+            "ORDER BY created_at, execution_id, path LIMIT $6",
+            execution_id, path_prefix or None,
+            after.created_at if after else None, after.execution_id if after else None,
+            after.agent_path if after else None, limit,
+        )
+        return [_pending(r) for r in rows]
+
+    async def count_pending(
+        self, *, execution_id: str | None = None, path_prefix: str | None = None
+    ) -> int:
+        rows = await self._fetch(
+            "SELECT count(*) AS n FROM tether_pending WHERE ($1::text IS NULL OR execution_id = $1) "
+            "AND ($2::text IS NULL OR starts_with(path, $2))",
+            execution_id, path_prefix or None,
+        )
+        return int(rows[0]["n"])
+
+    # -- idempotency ---------------------------------------------------------
+
+    async def get_idempotent(self, execution_id: str, key: str) -> IdempotencyRecord | None:
+        rows = await self._fetch(
+            "SELECT value, created_at FROM tether_idempotency WHERE execution_id = $1 AND key = $2",
+            execution_id, key,
+        )
+        if not rows:
+            return None
+        return IdempotencyRecord(execution_id=execution_id, key=key,
+                                 value=_json.loads(rows[0]["value"]), created_at=rows[0]["created_at"])
+
+    async def put_idempotent(self, lease: Lease, key: str, value: JsonValue) -> IdempotencyRecord:
+        value_json = _json.dumps(value, what=f"the result recorded for {key!r}")
+        out = await self._fetch(
+            f"""WITH fence AS (
+                SELECT 1 FROM tether_executions WHERE {_FENCE} FOR SHARE
+            ), inserted AS (
+                INSERT INTO tether_idempotency (execution_id, key, value, created_at)
+                SELECT $1, $4, $5::json, now() FROM fence
+                ON CONFLICT DO NOTHING RETURNING value, created_at
+            )
+            SELECT value, created_at FROM inserted
+            UNION ALL
+            SELECT value, created_at FROM tether_idempotency
+            WHERE execution_id = $1 AND key = $4 AND EXISTS (SELECT 1 FROM fence)""",
+            lease.execution_id, lease.epoch, lease.owner, key, value_json, write=True,
+        )
+        if not out:
+            raise await self._explain_fence(lease)
+        return IdempotencyRecord(execution_id=lease.execution_id, key=key,
+                                 value=_json.loads(out[0]["value"]), created_at=out[0]["created_at"])
+
+    # -- maintenance ---------------------------------------------------------
+
+    async def delete_execution(self, execution_id: str) -> bool:
+        rows = await self._fetch(
+            """WITH gone AS (DELETE FROM tether_executions WHERE id = $1 RETURNING id),
+            j AS (DELETE FROM tether_journal WHERE execution_id = $1),
+            p AS (DELETE FROM tether_pending WHERE execution_id = $1),
+            i AS (DELETE FROM tether_idempotency WHERE execution_id = $1)
+            SELECT count(*) AS n FROM gone""",
+            execution_id, write=True,
+        )
+        return bool(rows[0]["n"])
+
+    async def prune(self, *, older_than: datetime) -> int:
+        rows = await self._fetch(
+            f"""WITH doomed AS (
+                DELETE FROM tether_executions
+                WHERE status IN {_FINAL_SQL} AND updated_at < $1 RETURNING id
+            ),
+            j AS (DELETE FROM tether_journal WHERE execution_id IN (SELECT id FROM doomed)),
+            p AS (DELETE FROM tether_pending WHERE execution_id IN (SELECT id FROM doomed)),
+            i AS (DELETE FROM tether_idempotency WHERE execution_id IN (SELECT id FROM doomed))
+            SELECT count(*) AS n FROM doomed""",
+            older_than, write=True,
+        )
+        return int(rows[0]["n"])

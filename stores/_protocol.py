@@ -1,0 +1,252 @@
+"""The `Store` contract that every backend fulfils.
+
+Each method is one transaction. Each either commits wholly or not at all, and
+that holds under cancellation too: a call that returns has committed, a call
+cancelled before its commit raises the cancellation and changed nothing.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Self
+
+from pydantic import JsonValue
+
+from ._models import (
+    Execution,
+    ExecutionStatus,
+    IdempotencyRecord,
+    JournalEntry,
+    Lease,
+    NewEntry,
+    NewExecution,
+    NewInterrupt,
+    PendingInterrupt,
+    StartResult,
+)
+
+SCHEMA_VERSION = 1
+"""The schema version this release writes; `setup()` migrates older databases to it."""
+
+
+class Store(ABC):
+    """Where executions, their journals and pending interrupts live.
+
+    A store is an async context manager: ``async with SQLiteStore("app.db") as
+    store:`` opens it and applies migrations, and leaving the block closes it. It
+    also opens itself on first use, and `aclose()` closes it; a script that never
+    closes it still exits promptly.
+    """
+
+    async def __aenter__(self) -> Self:
+        await self.setup()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    @abstractmethod
+    async def setup(self) -> None:
+        """Open the store and apply missing schema migrations.
+
+        Safe to call any number of times, from any number of processes at once.
+
+        Raises:
+            StoreUnavailable: The database cannot be reached.
+            StoreCorrupted: The database is not a tether store or is damaged.
+            SchemaVersionError: The database was written by a newer tether.
+        """
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Close connections and threads. Closing twice does nothing."""
+
+    # -- executions --------------------------------------------------------
+
+    @abstractmethod
+    async def start_execution(
+        self, new: NewExecution, *, owner: str, lease_seconds: float
+    ) -> StartResult:
+        """Create the execution, or return the existing one with that id.
+
+        A created execution is ``running`` and leased to ``owner`` (epoch 1). An
+        existing one is returned unchanged and without a lease: the id is an
+        idempotency key, and what to do with a completed, paused or running
+        execution is the caller's decision.
+        """
+
+    @abstractmethod
+    async def get_execution(self, execution_id: str) -> Execution | None:
+        """Return the execution, or None if there is none with that id."""
+
+    @abstractmethod
+    async def list_executions(
+        self,
+        *,
+        status: ExecutionStatus | None = None,
+        limit: int = 100,
+        after: Execution | None = None,
+    ) -> list[Execution]:
+        """List executions oldest first; pass the last one of a page as ``after``."""
+
+    # -- leases ----------------------------------------------------------------
+
+    @abstractmethod
+    async def acquire_lease(self, execution_id: str, *, owner: str, lease_seconds: float) -> Lease:
+        """Take the execution's lease with a new epoch, and mark it ``running``.
+
+        Succeeds when nobody holds the lease, when it expired, or when ``owner``
+        already holds it. Every success fences out all earlier epochs.
+
+        Raises:
+            ExecutionNotFound: No such execution.
+            ExecutionFinished: It is completed, failed or cancelled.
+            LeaseHeld: Another owner holds a lease that has not expired.
+        """
+
+    @abstractmethod
+    async def renew_lease(self, lease: Lease, *, lease_seconds: float) -> Lease:
+        """Extend the lease's expiry, keeping its epoch.
+
+        Raises:
+            StaleLease: The lease was taken over; stop working on the execution.
+        """
+
+    @abstractmethod
+    async def release_lease(
+        self,
+        lease: Lease,
+        *,
+        status: ExecutionStatus | None = None,
+        result: JsonValue = None,
+        error: str | None = None,
+        entries: Sequence[NewEntry] = (),
+    ) -> list[int]:
+        """Append final ``entries``, set ``status``, and give the lease up, atomically.
+
+        ``result`` and ``error`` are stored with a final status (completed, failed,
+        cancelled), which also deletes any pending interrupt left. Returns the
+        sequence numbers of ``entries``.
+
+        Raises:
+            StaleLease: The lease was taken over; nothing was written.
+        """
+
+    # -- journal -----------------------------------------------------------
+
+    @abstractmethod
+    async def append(self, lease: Lease, entries: Sequence[NewEntry]) -> list[int]:
+        """Append journal entries, returning the sequence numbers assigned to them.
+
+        Sequence numbers are assigned inside the write transaction, consecutive
+        per execution, never from a client clock.
+
+        Raises:
+            StaleLease: The lease was taken over; nothing was written.
+            SerializationError: A payload is not JSON; nothing was written.
+        """
+
+    @abstractmethod
+    async def read_journal(
+        self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[JournalEntry]:
+        """Return the execution's journal entries with ``seq > after_seq``, in order."""
+
+    @abstractmethod
+    async def suspend(
+        self, lease: Lease, entries: Sequence[NewEntry], interrupt: NewInterrupt
+    ) -> PendingInterrupt:
+        """Append ``entries`` and record the pending interrupt, in one transaction.
+
+        ``entries`` are the suspending actor's snapshot and its ``suspended``
+        checkpoint; the pending row points at the last of them.
+
+        Raises:
+            StaleLease: The lease was taken over; nothing was written.
+            DuplicateInterrupt: Something is already pending at that path.
+        """
+
+    @abstractmethod
+    async def claim(
+        self,
+        execution_id: str,
+        value: JsonValue,
+        *,
+        path: str | None = None,
+        seq: int | None = None,
+    ) -> JournalEntry:
+        """Consume a pending interrupt and journal the decision, in one transaction.
+
+        Deletes the pending row and appends a ``resumed`` entry at the interrupt's
+        path whose payload is ``{"value": value, "suspended_seq": ..., "reason":
+        ...}``. Exactly one of any number of concurrent claimers, in any number of
+        processes, succeeds. ``path`` may be omitted when exactly one interrupt is
+        pending. ``seq`` (the pending row's) pins one suspension: an Approve click
+        for an interrupt that was resumed and suspended again at the same path
+        gets `AlreadyResumed` instead of approving the new one.
+
+        Raises:
+            AlreadyResumed: Another claimer consumed it first.
+            NoPendingInterrupt: Nothing is (or ever was) pending there.
+            ExecutionNotFound: No such execution.
+        """
+
+    @abstractmethod
+    async def list_pending(
+        self,
+        *,
+        execution_id: str | None = None,
+        path_prefix: str | None = None,
+        limit: int = 100,
+        after: PendingInterrupt | None = None,
+    ) -> list[PendingInterrupt]:
+        """List pending interrupts oldest first, optionally by execution or path prefix.
+
+        ``path_prefix`` is a plain string prefix: ``"supervisor:planner/"`` finds
+        every interrupt under that supervisor. Pass the last row of a page as
+        ``after`` to get the next one.
+        """
+
+    @abstractmethod
+    async def count_pending(
+        self, *, execution_id: str | None = None, path_prefix: str | None = None
+    ) -> int:
+        """Count pending interrupts with the same filters as `list_pending`."""
+
+    # -- idempotency -------------------------------------------------------
+
+    @abstractmethod
+    async def get_idempotent(self, execution_id: str, key: str) -> IdempotencyRecord | None:
+        """Return the recorded result for ``key``, or None."""
+
+    @abstractmethod
+    async def put_idempotent(self, lease: Lease, key: str, value: JsonValue) -> IdempotencyRecord:
+        """Record a result for ``key``; the first record wins and is returned.
+
+        Raises:
+            StaleLease: The lease was taken over; nothing was written.
+        """
+
+    # -- maintenance -------------------------------------------------------
+
+    @abstractmethod
+    async def delete_execution(self, execution_id: str) -> bool:
+        """Delete an execution with its journal, pending rows and records.
+
+        Returns whether it existed.
+        """
+
+    @abstractmethod
+    async def prune(self, *, older_than: datetime) -> int:
+        """Delete finished executions last updated before ``older_than``.
+
+        Never touches a running or paused execution. Returns how many were deleted.
+        """

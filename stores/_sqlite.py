@@ -1,0 +1,621 @@
+"""`SQLiteStore`: the embedded default, on aiosqlite.
+
+Every operation is one function run on aiosqlite's connection thread: a write is
+``BEGIN IMMEDIATE`` .. ``COMMIT`` inside that function, so it costs one thread
+crossing and cannot be torn by cancellation. ``BEGIN IMMEDIATE`` takes the write
+lock up front: a deferred transaction that reads and then writes is what makes
+another process's claim fail with "database is locked" instead of waiting.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from pydantic import JsonValue
+
+from . import _json
+from ._bridge import Op
+from ._driver import DriverStore
+from ._json import entry_rows
+from ._errors import (
+    AlreadyResumed,
+    ConfigurationError,
+    DuplicateInterrupt,
+    ExecutionFinished,
+    ExecutionNotFound,
+    LeaseHeld,
+    NoPendingInterrupt,
+    SchemaVersionError,
+    StaleLease,
+    StoreCorrupted,
+    StoreError,
+    StoreUnavailable,
+)
+from ._migrations import SQLITE_MIGRATIONS
+from ._models import (
+    FINAL_STATUSES,
+    Execution,
+    ExecutionStatus,
+    IdempotencyRecord,
+    JournalEntry,
+    Lease,
+    NewEntry,
+    NewExecution,
+    NewInterrupt,
+    PendingInterrupt,
+    StartResult,
+)
+from ._protocol import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import aiosqlite
+
+T = TypeVar("T")
+Synchronous = Literal["FULL", "NORMAL"]
+
+_EXEC_COLS = (
+    "id, runner, root_path, fingerprint, status, input, result, error, "
+    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at"
+)
+_PENDING_COLS = "execution_id, path, reason, context, seq, created_at"
+_FINAL_SQL = "('completed', 'failed', 'cancelled')"
+
+
+def _ts(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, UTC)
+
+
+def _execution(row: Sequence[Any]) -> Execution:
+    return Execution(
+        execution_id=row[0],
+        runner=row[1],
+        root_path=row[2],
+        fingerprint=row[3],
+        status=row[4],
+        input=_json.loads(row[5]),
+        result=None if row[6] is None else _json.loads(row[6]),
+        error=row[7],
+        lease_owner=row[8],
+        lease_expires_at=_ts(row[9]),
+        lease_epoch=row[10],
+        created_at=_ts(row[11]),
+        updated_at=_ts(row[12]),
+    )
+
+
+def _pending(row: Sequence[Any]) -> PendingInterrupt:
+    return PendingInterrupt(
+        execution_id=row[0],
+        agent_path=row[1],
+        reason=row[2],
+        context=_json.loads(row[3]),
+        seq=row[4],
+        created_at=_ts(row[5]),
+    )
+
+
+@contextmanager
+def _map_errors(path: str) -> Iterator[None]:
+    """Translate sqlite3 errors into tether's, at the store boundary."""
+    try:
+        yield
+    except StoreError:
+        raise
+    except sqlite3.OperationalError as exc:
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            hint = "another process held the write lock past busy_timeout; retry, or raise busy_timeout"
+        elif "readonly" in text:
+            hint = "the file or its directory is read-only; fix its permissions"
+        elif "full" in text:
+            hint = "the disk is full; free space, then retry: nothing was written"
+        elif "unable to open" in text:
+            hint = "check that the directory exists and is writable"
+        else:
+            hint = "check the file and its directory"
+        raise StoreUnavailable(f"SQLite store {path!r} failed: {text} ({hint}).") from exc
+    except sqlite3.DatabaseError as exc:
+        raise StoreCorrupted(
+            f"{path!r} is not a usable SQLite database ({exc}). Restore it from a backup, "
+            f"or point the store at another file."
+        ) from exc
+
+
+class SQLiteStore(DriverStore):
+    """A store in one SQLite file, shared safely by several processes.
+
+    Args:
+        path: The database file; created with its tables if missing.
+        synchronous: ``"FULL"`` (default) survives power loss. ``"NORMAL"`` survives a
+            process crash but may lose the last commits on power loss, and is much
+            cheaper per commit.
+        busy_timeout: Seconds a write waits for another process's write lock before
+            failing with `StoreUnavailable`.
+
+    Example:
+        ```python
+        async with SQLiteStore("app.db") as store:
+            print(await store.list_pending())
+        ```
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: Synchronous = "FULL",
+        busy_timeout: float = 30.0,
+    ) -> None:
+        super().__init__()
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ConfigurationError(
+                f"synchronous={synchronous!r} is not supported; use 'FULL' or 'NORMAL'."
+            )
+        self.path = str(path)
+        self.synchronous: Synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        self._conn: aiosqlite.Connection | None = None
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+    # -- plumbing ------------------------------------------------------------
+
+    async def _open(self) -> None:
+        try:
+            import aiosqlite
+        except ImportError as exc:  # pragma: no cover - a dependency of tether
+            raise StoreUnavailable("aiosqlite is missing: pip install tether") from exc
+        conn = aiosqlite.connect(
+            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        # aiosqlite's worker thread is not a daemon: a script that forgets to close
+        # the store would hang at exit waiting for it. Committed data is safe either way.
+        conn._thread.daemon = True
+        with _map_errors(self.path):
+            await conn
+        self._conn = conn
+        try:
+            await self._call(self._configure)
+        except BaseException:
+            await conn.close()
+            self._conn = None
+            raise
+
+    def _configure(self, db: sqlite3.Connection) -> None:
+        db.execute("PRAGMA journal_mode=WAL").fetchone()
+        db.execute(f"PRAGMA synchronous={self.synchronous}")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in SQLITE_MIGRATIONS[0]:
+                db.execute(statement)
+            row = db.execute("SELECT max(version) FROM tether_schema").fetchone()
+            current = row[0] or 0
+            if current > SCHEMA_VERSION:
+                raise SchemaVersionError(current, SCHEMA_VERSION)
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in SQLITE_MIGRATIONS[version]:
+                    db.execute(statement)
+                db.execute(
+                    "INSERT INTO tether_schema (version, applied_at) VALUES (?, ?)",
+                    (version, time.time()),
+                )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    async def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+
+    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on the connection's thread (one crossing)."""
+        conn = self._conn
+        if conn is None:  # pragma: no cover - guarded by DriverStore
+            raise StoreUnavailable(f"{self!r} is not open")
+        with _map_errors(self.path):
+            # aiosqlite's public API crosses to its thread once per statement; a
+            # whole transaction in one crossing needs its queue method.
+            return await conn._execute(fn, conn._conn)  # type: ignore[no-any-return]
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._run(lambda op: self._call(fn))
+
+    async def _write(self, fn: Callable[[sqlite3.Connection, float], T]) -> T:
+        """Run ``fn(db, now)`` inside ``BEGIN IMMEDIATE`` .. ``COMMIT``."""
+
+        def transaction(db: sqlite3.Connection) -> T:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(db, time.time())
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            return result
+
+        async def op_fn(op: Op) -> T:
+            # Once queued, the function runs to COMMIT or ROLLBACK on its thread;
+            # a cancelled caller waits for that outcome rather than guess it.
+            op.commit()
+            return await self._call(transaction)
+
+        return await self._run(op_fn)
+
+    @staticmethod
+    def _fence(db: sqlite3.Connection, lease: Lease, now: float, count: int, extra: str = "",
+               params: Sequence[Any] = ()) -> int:
+        """Reserve ``count`` sequence numbers under the lease; return the first."""
+        row = db.execute(
+            f"UPDATE tether_executions SET next_seq = next_seq + ?{extra} "
+            "WHERE id = ? AND lease_epoch = ? AND lease_owner = ? RETURNING next_seq",
+            (count, *params, lease.execution_id, lease.epoch, lease.owner),
+        ).fetchone()
+        if row is None:
+            exists = db.execute(
+                "SELECT 1 FROM tether_executions WHERE id = ?", (lease.execution_id,)
+            ).fetchone()
+            if exists is None:
+                raise ExecutionNotFound(lease.execution_id)
+            raise StaleLease(lease.execution_id, lease.epoch)
+        return int(row[0]) - count
+
+    @staticmethod
+    def _insert_entries(
+        db: sqlite3.Connection, execution_id: str, first: int, rows: list[tuple[str, str, str, str]],
+        now: float,
+    ) -> list[int]:
+        seqs = list(range(first, first + len(rows)))
+        db.executemany(
+            "INSERT INTO tether_journal (execution_id, seq, path, label, kind, payload, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(execution_id, seq, *row, now) for seq, row in zip(seqs, rows, strict=True)],
+        )
+        return seqs
+
+    # -- executions ----------------------------------------------------------
+
+    async def start_execution(
+        self, new: NewExecution, *, owner: str, lease_seconds: float
+    ) -> StartResult:
+        input_json = _json.dumps(new.input, what="the execution's input")
+
+        def fn(db: sqlite3.Connection, now: float) -> StartResult:
+            row = db.execute(
+                f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
+                "VALUES (?, ?, ?, ?, 'running', ?, NULL, NULL, ?, ?, 1, ?, ?, 1) "
+                f"ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
+                (new.execution_id, new.runner, new.root_path, new.fingerprint, input_json,
+                 owner, now + lease_seconds, now, now),
+            ).fetchone()
+            if row is not None:
+                execution = _execution(row)
+                lease = Lease(execution_id=new.execution_id, owner=owner, epoch=1,
+                              expires_at=execution.lease_expires_at)
+                return StartResult(execution=execution, created=True, lease=lease)
+            row = db.execute(
+                f"SELECT {_EXEC_COLS} FROM tether_executions WHERE id = ?", (new.execution_id,)
+            ).fetchone()
+            return StartResult(execution=_execution(row), created=False)
+
+        return await self._write(fn)
+
+    async def get_execution(self, execution_id: str) -> Execution | None:
+        def fn(db: sqlite3.Connection) -> Execution | None:
+            row = db.execute(
+                f"SELECT {_EXEC_COLS} FROM tether_executions WHERE id = ?", (execution_id,)
+            ).fetchone()
+            return None if row is None else _execution(row)
+
+        return await self._read(fn)
+
+    async def list_executions(
+        self,
+        *,
+        status: ExecutionStatus | None = None,
+        limit: int = 100,
+        after: Execution | None = None,
+    ) -> list[Execution]:
+        where, params = [], []
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if after is not None:
+            where.append("(created_at, id) > (?, ?)")
+            params += [after.created_at.timestamp(), after.execution_id]
+        sql = f"SELECT {_EXEC_COLS} FROM tether_executions"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at, id LIMIT ?"
+        params.append(limit)
+        return await self._read(lambda db: [_execution(r) for r in db.execute(sql, params)])
+
+    # -- leases ----------------------------------------------------------------
+
+    async def acquire_lease(self, execution_id: str, *, owner: str, lease_seconds: float) -> Lease:
+        def fn(db: sqlite3.Connection, now: float) -> Lease:
+            row = db.execute(
+                "UPDATE tether_executions SET lease_owner = ?, lease_expires_at = ?, "
+                "lease_epoch = lease_epoch + 1, status = 'running', updated_at = ? "
+                f"WHERE id = ? AND status NOT IN {_FINAL_SQL} "
+                "AND (lease_owner IS NULL OR lease_expires_at <= ? OR lease_owner = ?) "
+                "RETURNING lease_epoch, lease_expires_at",
+                (owner, now + lease_seconds, now, execution_id, now, owner),
+            ).fetchone()
+            if row is not None:
+                return Lease(execution_id=execution_id, owner=owner, epoch=row[0],
+                             expires_at=_ts(row[1]))
+            found = db.execute(
+                "SELECT status, lease_owner, lease_expires_at FROM tether_executions WHERE id = ?",
+                (execution_id,),
+            ).fetchone()
+            if found is None:
+                raise ExecutionNotFound(execution_id)
+            if found[0] in FINAL_STATUSES:
+                raise ExecutionFinished(execution_id, found[0])
+            raise LeaseHeld(execution_id, found[1], _ts(found[2]))  # type: ignore[arg-type]
+
+        return await self._write(fn)
+
+    async def renew_lease(self, lease: Lease, *, lease_seconds: float) -> Lease:
+        def fn(db: sqlite3.Connection, now: float) -> Lease:
+            row = db.execute(
+                "UPDATE tether_executions SET lease_expires_at = ? "
+                "WHERE id = ? AND lease_epoch = ? AND lease_owner = ? RETURNING lease_expires_at",
+                (now + lease_seconds, lease.execution_id, lease.epoch, lease.owner),
+            ).fetchone()
+            if row is None:
+                raise StaleLease(lease.execution_id, lease.epoch)
+            return lease.model_copy(update={"expires_at": _ts(row[0])})
+
+        return await self._write(fn)
+
+    async def release_lease(
+        self,
+        lease: Lease,
+        *,
+        status: ExecutionStatus | None = None,
+        result: JsonValue = None,
+        error: str | None = None,
+        entries: Sequence[NewEntry] = (),
+    ) -> list[int]:
+        rows = entry_rows(entries)
+        final = status in FINAL_STATUSES
+        result_json = _json.dumps(result, what="the execution's result") if final else None
+
+        def fn(db: sqlite3.Connection, now: float) -> list[int]:
+            first = self._fence(
+                db, lease, now, len(rows),
+                ", lease_owner = NULL, lease_expires_at = NULL, status = coalesce(?, status), "
+                "result = CASE WHEN ? THEN ? ELSE result END, "
+                "error = CASE WHEN ? THEN ? ELSE error END, updated_at = ?",
+                (status, final, result_json, final, error, now),
+            )
+            if final:
+                db.execute("DELETE FROM tether_pending WHERE execution_id = ?", (lease.execution_id,))
+            return self._insert_entries(db, lease.execution_id, first, rows, now)
+
+        return await self._write(fn)
+
+    # -- journal -------------------------------------------------------------
+
+    async def append(self, lease: Lease, entries: Sequence[NewEntry]) -> list[int]:
+        rows = entry_rows(entries)
+        if not rows:
+            return []
+
+        def fn(db: sqlite3.Connection, now: float) -> list[int]:
+            first = self._fence(db, lease, now, len(rows))
+            return self._insert_entries(db, lease.execution_id, first, rows, now)
+
+        return await self._write(fn)
+
+    async def read_journal(
+        self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[JournalEntry]:
+        def fn(db: sqlite3.Connection) -> list[JournalEntry]:
+            cursor = db.execute(
+                "SELECT seq, path, label, kind, payload, created_at FROM tether_journal "
+                "WHERE execution_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (execution_id, after_seq, -1 if limit is None else limit),
+            )
+            return [
+                JournalEntry(execution_id=execution_id, seq=r[0], path=r[1], label=r[2],
+                             kind=r[3], payload=_json.loads(r[4]), created_at=_ts(r[5]))
+                for r in cursor
+            ]
+
+        return await self._read(fn)
+
+    async def suspend(
+        self, lease: Lease, entries: Sequence[NewEntry], interrupt: NewInterrupt
+    ) -> PendingInterrupt:
+        rows = entry_rows(entries)
+        context_json = _json.dumps(interrupt.context, what="the interrupt's context")
+
+        def fn(db: sqlite3.Connection, now: float) -> PendingInterrupt:
+            first = self._fence(db, lease, now, len(rows))
+            seqs = self._insert_entries(db, lease.execution_id, first, rows, now)
+            seq = seqs[-1] if seqs else first - 1
+            try:
+                row = db.execute(
+                    f"INSERT INTO tether_pending ({_PENDING_COLS}) VALUES (?, ?, ?, ?, ?, ?) "
+                    f"RETURNING {_PENDING_COLS}",
+                    (lease.execution_id, interrupt.path, interrupt.reason, context_json, seq, now),
+                ).fetchone()
+            except sqlite3.IntegrityError as exc:
+                raise DuplicateInterrupt(lease.execution_id, interrupt.path) from exc
+            return _pending(row)
+
+        return await self._write(fn)
+
+    async def claim(
+        self,
+        execution_id: str,
+        value: JsonValue,
+        *,
+        path: str | None = None,
+        seq: int | None = None,
+    ) -> JournalEntry:
+        def fn(db: sqlite3.Connection, now: float) -> JournalEntry:
+            target = path
+            if target is None:
+                paths = [r[0] for r in db.execute(
+                    "SELECT path FROM tether_pending WHERE execution_id = ? ORDER BY path",
+                    (execution_id,),
+                )]
+                if len(paths) > 1:
+                    raise NoPendingInterrupt(execution_id, None, paths)
+                target = paths[0] if paths else None
+            row = None
+            if target is not None:
+                row = db.execute(
+                    "DELETE FROM tether_pending WHERE execution_id = ? AND path = ? "
+                    "AND (? IS NULL OR seq = ?) RETURNING reason, seq",
+                    (execution_id, target, seq, seq),
+                ).fetchone()
+            if row is None:
+                raise _explain_failed_claim(db, execution_id, target)
+            payload = {"value": value, "suspended_seq": row[1], "reason": row[0]}
+            payload_json = _json.dumps(payload, what="the resume value")
+            next_seq = db.execute(
+                "UPDATE tether_executions SET next_seq = next_seq + 1 WHERE id = ? RETURNING next_seq",
+                (execution_id,),
+            ).fetchone()[0]
+            self._insert_entries(db, execution_id, next_seq - 1,
+                                 [(target, "resumed", "resumed", payload_json)], now)
+            return JournalEntry(execution_id=execution_id, seq=next_seq - 1, path=target,
+                                label="resumed", kind="resumed", payload=payload,
+                                created_at=_ts(now))
+
+        # Serialize the value before the transaction: a bad one consumes nothing.
+        _json.dumps(value, what="the resume value")
+        return await self._write(fn)
+
+    async def list_pending(
+        self,
+        *,
+        execution_id: str | None = None,
+        path_prefix: str | None = None,
+        limit: int = 100,
+        after: PendingInterrupt | None = None,
+    ) -> list[PendingInterrupt]:
+        where, params = _pending_filter(execution_id, path_prefix)
+        if after is not None:
+            where.append("(created_at, execution_id, path) > (?, ?, ?)")
+            params += [after.created_at.timestamp(), after.execution_id, after.agent_path]
+        sql = f"SELECT {_PENDING_COLS} FROM tether_pending"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at, execution_id, path LIMIT ?"
+        params.append(limit)
+        return await self._read(lambda db: [_pending(r) for r in db.execute(sql, params)])
+
+    async def count_pending(
+        self, *, execution_id: str | None = None, path_prefix: str | None = None
+    ) -> int:
+        where, params = _pending_filter(execution_id, path_prefix)
+        sql = "SELECT count(*) FROM tether_pending"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return await self._read(lambda db: int(db.execute(sql, params).fetchone()[0]))
+
+    # -- idempotency ---------------------------------------------------------
+
+    async def get_idempotent(self, execution_id: str, key: str) -> IdempotencyRecord | None:
+        def fn(db: sqlite3.Connection) -> IdempotencyRecord | None:
+            row = db.execute(
+                "SELECT value, created_at FROM tether_idempotency WHERE execution_id = ? AND key = ?",
+                (execution_id, key),
+            ).fetchone()
+            if row is None:
+                return None
+            return IdempotencyRecord(execution_id=execution_id, key=key,
+                                     value=_json.loads(row[0]), created_at=_ts(row[1]))
+
+        return await self._read(fn)
+
+    async def put_idempotent(self, lease: Lease, key: str, value: JsonValue) -> IdempotencyRecord:
+        value_json = _json.dumps(value, what=f"the result recorded for {key!r}")
+
+        def fn(db: sqlite3.Connection, now: float) -> IdempotencyRecord:
+            self._fence(db, lease, now, 0)
+            db.execute(
+                "INSERT INTO tether_idempotency (execution_id, key, value, created_at) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (lease.execution_id, key, value_json, now),
+            )
+            row = db.execute(
+                "SELECT value, created_at FROM tether_idempotency WHERE execution_id = ? AND key = ?",
+                (lease.execution_id, key),
+            ).fetchone()
+            return IdempotencyRecord(execution_id=lease.execution_id, key=key,
+                                     value=_json.loads(row[0]), created_at=_ts(row[1]))
+
+        return await self._write(fn)
+
+    # -- maintenance ---------------------------------------------------------
+
+    async def delete_execution(self, execution_id: str) -> bool:
+        def fn(db: sqlite3.Connection, now: float) -> bool:
+            for table in ("tether_journal", "tether_pending", "tether_idempotency"):
+                db.execute(f"DELETE FROM {table} WHERE execution_id = ?", (execution_id,))
+            cursor = db.execute("DELETE FROM tether_executions WHERE id = ?", (execution_id,))
+            return cursor.rowcount > 0
+
+        return await self._write(fn)
+
+    async def prune(self, *, older_than: datetime) -> int:
+        cutoff = older_than.timestamp()
+
+        def fn(db: sqlite3.Connection, now: float) -> int:
+            doomed = f"SELECT id FROM tether_executions WHERE status IN {_FINAL_SQL} AND updated_at < ?"
+            for table in ("tether_journal", "tether_pending", "tether_idempotency"):
+                db.execute(f"DELETE FROM {table} WHERE execution_id IN ({doomed})", (cutoff,))
+            cursor = db.execute(
+                f"DELETE FROM tether_executions WHERE status IN {_FINAL_SQL} AND updated_at < ?",
+                (cutoff,),
+            )
+            return cursor.rowcount
+
+        return await self._write(fn)
+
+
+
+
+def _pending_filter(execution_id: str | None, path_prefix: str | None) -> tuple[list[str], list[Any]]:
+    where: list[str] = []
+    params: list[Any] = []
+    if execution_id is not None:
+        where.append("execution_id = ?")
+        params.append(execution_id)
+    if path_prefix:
+        where.append("substr(path, 1, length(?)) = ?")
+        params += [path_prefix, path_prefix]
+    return where, params
+
+
+def _explain_failed_claim(db: sqlite3.Connection, execution_id: str, path: str | None) -> StoreError:
+    """Say why a claim found nothing: already resumed, never pending, or no execution."""
+    if db.execute("SELECT 1 FROM tether_executions WHERE id = ?", (execution_id,)).fetchone() is None:
+        return ExecutionNotFound(execution_id)
+    pending = [r[0] for r in db.execute(
+        "SELECT path FROM tether_pending WHERE execution_id = ? ORDER BY path", (execution_id,)
+    )]
+    resumed = db.execute(
+        "SELECT path FROM tether_journal WHERE execution_id = ? AND kind = 'resumed' "
+        "AND (? IS NULL OR path = ?) ORDER BY seq DESC LIMIT 1",
+        (execution_id, path, path),
+    ).fetchone()
+    if (path is not None and path in pending) or resumed is not None:
+        return AlreadyResumed(execution_id, path if path is not None else resumed[0])
+    return NoPendingInterrupt(execution_id, path, pending)

@@ -1,0 +1,48 @@
+"""`open_store(url)`: one string names any store, for CLIs and configuration."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+from ._errors import ConfigurationError
+from ._memory import MemoryStore
+from ._postgres import PostgresStore
+from ._protocol import Store
+from ._sqlite import SQLiteStore
+
+
+def open_store(url: str) -> Store:
+    """Build the store a URL names. Nothing is opened until first use.
+
+    - ``sqlite:///relative/app.db`` or ``sqlite:////absolute/app.db``, with an optional
+      ``?synchronous=NORMAL``;
+    - ``postgresql://user@host:5432/db`` (or ``postgres://``);
+    - ``memory://``.
+
+    Raises:
+        ConfigurationError: The URL names no store tether knows.
+    """
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme in ("postgresql", "postgres"):
+        return PostgresStore(url)
+    if scheme == "memory":
+        return MemoryStore()
+    if scheme == "sqlite":
+        path = url[len("sqlite://"):].split("?", 1)[0]
+        if not path.startswith("/") or path == "/":
+            raise ConfigurationError(
+                f"{url!r} names no file. Write sqlite:///relative.db or sqlite:////absolute.db."
+            )
+        options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        synchronous = options.pop("synchronous", "FULL").upper()
+        if options:
+            raise ConfigurationError(
+                f"Unknown option(s) {sorted(options)} in {url!r}; only 'synchronous' is supported."
+            )
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ConfigurationError(f"synchronous={synchronous!r} in {url!r}; use FULL or NORMAL.")
+        return SQLiteStore(path[1:], synchronous=synchronous)  # type: ignore[arg-type]
+    raise ConfigurationError(
+        f"Cannot open a store from {url!r}: use sqlite:///path.db, postgresql://... or memory://."
+    )
