@@ -271,6 +271,8 @@ class MemoryStore(Store):
 
     @staticmethod
     def _explain_failed_claim(run: _Run, execution_id: str, path: str | None) -> StoreError:
+        if run.execution.finished:
+            return ExecutionFinished(execution_id, run.execution.status)
         resumed = [r[1] for r in run.journal if r[3] == "resumed" and (path is None or r[1] == path)]
         if (path is not None and path in run.pending) or resumed:
             return AlreadyResumed(execution_id, path if path is not None else resumed[-1])

@@ -7,8 +7,9 @@ appending a list here, never editing an old one.
 
 from __future__ import annotations
 
+# SQLite keeps times as integer microseconds since the epoch (exact round trips).
 SQLITE_MIGRATIONS: list[list[str]] = [
-    ["CREATE TABLE IF NOT EXISTS tether_schema (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"],
+    ["CREATE TABLE IF NOT EXISTS tether_schema (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)"],
     [
         """CREATE TABLE tether_executions (
             id TEXT PRIMARY KEY,
@@ -20,11 +21,11 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             result TEXT,
             error TEXT,
             lease_owner TEXT,
-            lease_expires_at REAL,
+            lease_expires_at INTEGER,
             lease_epoch INTEGER NOT NULL DEFAULT 0,
             next_seq INTEGER NOT NULL DEFAULT 1,
-            created_at REAL NOT NULL,
-            updated_at REAL NOT NULL
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL
         )""",
         "CREATE INDEX tether_executions_by_status ON tether_executions (status, updated_at)",
         "CREATE INDEX tether_executions_by_created ON tether_executions (created_at, id)",
@@ -35,7 +36,7 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             label TEXT NOT NULL,
             kind TEXT NOT NULL,
             payload TEXT NOT NULL,
-            created_at REAL NOT NULL,
+            created_at INTEGER NOT NULL,
             PRIMARY KEY (execution_id, seq)
         ) WITHOUT ROWID""",
         """CREATE TABLE tether_pending (
@@ -44,7 +45,7 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             reason TEXT NOT NULL,
             context TEXT NOT NULL,
             seq INTEGER NOT NULL,
-            created_at REAL NOT NULL,
+            created_at INTEGER NOT NULL,
             PRIMARY KEY (execution_id, path)
         )""",
         "CREATE INDEX tether_pending_by_age ON tether_pending (created_at, execution_id, path)",
@@ -52,7 +53,7 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             execution_id TEXT NOT NULL,
             key TEXT NOT NULL,
             value TEXT NOT NULL,
-            created_at REAL NOT NULL,
+            created_at INTEGER NOT NULL,
             PRIMARY KEY (execution_id, key)
         ) WITHOUT ROWID""",
     ],

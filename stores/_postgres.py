@@ -21,6 +21,7 @@ from ._bridge import Op
 from ._driver import DriverStore
 from ._errors import (
     AlreadyResumed,
+    ConfigurationError,
     DuplicateInterrupt,
     ExecutionFinished,
     ExecutionNotFound,
@@ -116,6 +117,8 @@ class PostgresStore(DriverStore):
         min_size: Connections the pool keeps open.
         max_size: Most connections the pool opens.
         connect_timeout: Seconds to wait for the server before `StoreUnavailable`.
+        schema: A schema to keep tether's tables in (created if missing); by
+            default the server's search path decides.
 
     Tables are prefixed ``tether_``, so they can share a database with an
     application's own.
@@ -128,8 +131,14 @@ class PostgresStore(DriverStore):
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout: float = 10.0,
+        schema: str | None = None,
     ) -> None:
         super().__init__()
+        if schema is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", schema):
+            raise ConfigurationError(
+                f"schema={schema!r} is not a plain identifier; use letters, digits and '_'."
+            )
+        self.schema = schema
         self.dsn = dsn
         self.min_size = min_size
         self.max_size = max_size
@@ -169,14 +178,17 @@ class PostgresStore(DriverStore):
             if conn.is_in_transaction():
                 await conn.execute("ROLLBACK")
 
+        settings = {"search_path": self.schema} if self.schema else {}
         with self._map_errors():
             self._pool = await asyncpg.create_pool(
                 self.dsn, min_size=self.min_size, max_size=self.max_size,
-                timeout=self.connect_timeout, reset=keep_session,
+                timeout=self.connect_timeout, reset=keep_session, server_settings=settings,
             )
             try:
                 async with self._pool.acquire() as conn, conn.transaction():
                     await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+                    if self.schema:
+                        await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
                     for statement in POSTGRES_MIGRATIONS[0]:
                         await conn.execute(statement)
                     current = await conn.fetchval("SELECT max(version) FROM tether_schema") or 0
@@ -434,8 +446,11 @@ class PostgresStore(DriverStore):
         return [r["path"] for r in rows]
 
     async def _explain_failed_claim(self, execution_id: str, path: str | None) -> StoreError:
-        if await self.get_execution(execution_id) is None:
+        execution = await self.get_execution(execution_id)
+        if execution is None:
             return ExecutionNotFound(execution_id)
+        if execution.finished:
+            return ExecutionFinished(execution_id, execution.status)
         pending = await self._pending_paths(execution_id)
         resumed = await self._fetch(
             "SELECT path FROM tether_journal WHERE execution_id = $1 AND kind = 'resumed' "

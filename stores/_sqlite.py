@@ -13,7 +13,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -67,8 +67,25 @@ _PENDING_COLS = "execution_id, path, reason, context, seq, created_at"
 _FINAL_SQL = "('completed', 'failed', 'cancelled')"
 
 
-def _ts(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, UTC)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _now() -> int:
+    """Times are stored as integer microseconds since the epoch: exact both ways."""
+    return time.time_ns() // 1000
+
+
+def _us(moment: datetime) -> int:
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def _span(seconds: float) -> int:
+    return int(seconds * 1_000_000)
+
+
+def _ts(value: int | None) -> datetime | None:
+    return None if value is None else _EPOCH + timedelta(microseconds=value)
 
 
 def _execution(row: Sequence[Any]) -> Execution:
@@ -204,7 +221,7 @@ class SQLiteStore(DriverStore):
                     db.execute(statement)
                 db.execute(
                     "INSERT INTO tether_schema (version, applied_at) VALUES (?, ?)",
-                    (version, time.time()),
+                    (version, _now()),
                 )
             db.execute("COMMIT")
         except BaseException:
@@ -229,13 +246,13 @@ class SQLiteStore(DriverStore):
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self._run(lambda op: self._call(fn))
 
-    async def _write(self, fn: Callable[[sqlite3.Connection, float], T]) -> T:
+    async def _write(self, fn: Callable[[sqlite3.Connection, int], T]) -> T:
         """Run ``fn(db, now)`` inside ``BEGIN IMMEDIATE`` .. ``COMMIT``."""
 
         def transaction(db: sqlite3.Connection) -> T:
             db.execute("BEGIN IMMEDIATE")
             try:
-                result = fn(db, time.time())
+                result = fn(db, _now())
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
@@ -252,7 +269,7 @@ class SQLiteStore(DriverStore):
         return await self._run(op_fn)
 
     @staticmethod
-    def _fence(db: sqlite3.Connection, lease: Lease, now: float, count: int, extra: str = "",
+    def _fence(db: sqlite3.Connection, lease: Lease, now: int, count: int, extra: str = "",
                params: Sequence[Any] = ()) -> int:
         """Reserve ``count`` sequence numbers under the lease; return the first."""
         row = db.execute(
@@ -272,7 +289,7 @@ class SQLiteStore(DriverStore):
     @staticmethod
     def _insert_entries(
         db: sqlite3.Connection, execution_id: str, first: int, rows: list[tuple[str, str, str, str]],
-        now: float,
+        now: int,
     ) -> list[int]:
         seqs = list(range(first, first + len(rows)))
         db.executemany(
@@ -289,13 +306,13 @@ class SQLiteStore(DriverStore):
     ) -> StartResult:
         input_json = _json.dumps(new.input, what="the execution's input")
 
-        def fn(db: sqlite3.Connection, now: float) -> StartResult:
+        def fn(db: sqlite3.Connection, now: int) -> StartResult:
             row = db.execute(
                 f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
                 "VALUES (?, ?, ?, ?, 'running', ?, NULL, NULL, ?, ?, 1, ?, ?, 1) "
                 f"ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
                 (new.execution_id, new.runner, new.root_path, new.fingerprint, input_json,
-                 owner, now + lease_seconds, now, now),
+                 owner, now + _span(lease_seconds), now, now),
             ).fetchone()
             if row is not None:
                 execution = _execution(row)
@@ -331,7 +348,7 @@ class SQLiteStore(DriverStore):
             params.append(status)
         if after is not None:
             where.append("(created_at, id) > (?, ?)")
-            params += [after.created_at.timestamp(), after.execution_id]
+            params += [_us(after.created_at), after.execution_id]
         sql = f"SELECT {_EXEC_COLS} FROM tether_executions"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -342,14 +359,14 @@ class SQLiteStore(DriverStore):
     # -- leases ----------------------------------------------------------------
 
     async def acquire_lease(self, execution_id: str, *, owner: str, lease_seconds: float) -> Lease:
-        def fn(db: sqlite3.Connection, now: float) -> Lease:
+        def fn(db: sqlite3.Connection, now: int) -> Lease:
             row = db.execute(
                 "UPDATE tether_executions SET lease_owner = ?, lease_expires_at = ?, "
                 "lease_epoch = lease_epoch + 1, status = 'running', updated_at = ? "
                 f"WHERE id = ? AND status NOT IN {_FINAL_SQL} "
                 "AND (lease_owner IS NULL OR lease_expires_at <= ? OR lease_owner = ?) "
                 "RETURNING lease_epoch, lease_expires_at",
-                (owner, now + lease_seconds, now, execution_id, now, owner),
+                (owner, now + _span(lease_seconds), now, execution_id, now, owner),
             ).fetchone()
             if row is not None:
                 return Lease(execution_id=execution_id, owner=owner, epoch=row[0],
@@ -367,11 +384,11 @@ class SQLiteStore(DriverStore):
         return await self._write(fn)
 
     async def renew_lease(self, lease: Lease, *, lease_seconds: float) -> Lease:
-        def fn(db: sqlite3.Connection, now: float) -> Lease:
+        def fn(db: sqlite3.Connection, now: int) -> Lease:
             row = db.execute(
                 "UPDATE tether_executions SET lease_expires_at = ? "
                 "WHERE id = ? AND lease_epoch = ? AND lease_owner = ? RETURNING lease_expires_at",
-                (now + lease_seconds, lease.execution_id, lease.epoch, lease.owner),
+                (now + _span(lease_seconds), lease.execution_id, lease.epoch, lease.owner),
             ).fetchone()
             if row is None:
                 raise StaleLease(lease.execution_id, lease.epoch)
@@ -392,7 +409,7 @@ class SQLiteStore(DriverStore):
         final = status in FINAL_STATUSES
         result_json = _json.dumps(result, what="the execution's result") if final else None
 
-        def fn(db: sqlite3.Connection, now: float) -> list[int]:
+        def fn(db: sqlite3.Connection, now: int) -> list[int]:
             first = self._fence(
                 db, lease, now, len(rows),
                 ", lease_owner = NULL, lease_expires_at = NULL, status = coalesce(?, status), "
@@ -413,7 +430,7 @@ class SQLiteStore(DriverStore):
         if not rows:
             return []
 
-        def fn(db: sqlite3.Connection, now: float) -> list[int]:
+        def fn(db: sqlite3.Connection, now: int) -> list[int]:
             first = self._fence(db, lease, now, len(rows))
             return self._insert_entries(db, lease.execution_id, first, rows, now)
 
@@ -442,7 +459,7 @@ class SQLiteStore(DriverStore):
         rows = entry_rows(entries)
         context_json = _json.dumps(interrupt.context, what="the interrupt's context")
 
-        def fn(db: sqlite3.Connection, now: float) -> PendingInterrupt:
+        def fn(db: sqlite3.Connection, now: int) -> PendingInterrupt:
             first = self._fence(db, lease, now, len(rows))
             seqs = self._insert_entries(db, lease.execution_id, first, rows, now)
             seq = seqs[-1] if seqs else first - 1
@@ -466,7 +483,7 @@ class SQLiteStore(DriverStore):
         path: str | None = None,
         seq: int | None = None,
     ) -> JournalEntry:
-        def fn(db: sqlite3.Connection, now: float) -> JournalEntry:
+        def fn(db: sqlite3.Connection, now: int) -> JournalEntry:
             target = path
             if target is None:
                 paths = [r[0] for r in db.execute(
@@ -512,7 +529,7 @@ class SQLiteStore(DriverStore):
         where, params = _pending_filter(execution_id, path_prefix)
         if after is not None:
             where.append("(created_at, execution_id, path) > (?, ?, ?)")
-            params += [after.created_at.timestamp(), after.execution_id, after.agent_path]
+            params += [_us(after.created_at), after.execution_id, after.agent_path]
         sql = f"SELECT {_PENDING_COLS} FROM tether_pending"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -547,7 +564,7 @@ class SQLiteStore(DriverStore):
     async def put_idempotent(self, lease: Lease, key: str, value: JsonValue) -> IdempotencyRecord:
         value_json = _json.dumps(value, what=f"the result recorded for {key!r}")
 
-        def fn(db: sqlite3.Connection, now: float) -> IdempotencyRecord:
+        def fn(db: sqlite3.Connection, now: int) -> IdempotencyRecord:
             self._fence(db, lease, now, 0)
             db.execute(
                 "INSERT INTO tether_idempotency (execution_id, key, value, created_at) "
@@ -566,7 +583,7 @@ class SQLiteStore(DriverStore):
     # -- maintenance ---------------------------------------------------------
 
     async def delete_execution(self, execution_id: str) -> bool:
-        def fn(db: sqlite3.Connection, now: float) -> bool:
+        def fn(db: sqlite3.Connection, now: int) -> bool:
             for table in ("tether_journal", "tether_pending", "tether_idempotency"):
                 db.execute(f"DELETE FROM {table} WHERE execution_id = ?", (execution_id,))
             cursor = db.execute("DELETE FROM tether_executions WHERE id = ?", (execution_id,))
@@ -575,9 +592,9 @@ class SQLiteStore(DriverStore):
         return await self._write(fn)
 
     async def prune(self, *, older_than: datetime) -> int:
-        cutoff = older_than.timestamp()
+        cutoff = _us(older_than)
 
-        def fn(db: sqlite3.Connection, now: float) -> int:
+        def fn(db: sqlite3.Connection, now: int) -> int:
             doomed = f"SELECT id FROM tether_executions WHERE status IN {_FINAL_SQL} AND updated_at < ?"
             for table in ("tether_journal", "tether_pending", "tether_idempotency"):
                 db.execute(f"DELETE FROM {table} WHERE execution_id IN ({doomed})", (cutoff,))
@@ -606,8 +623,11 @@ def _pending_filter(execution_id: str | None, path_prefix: str | None) -> tuple[
 
 def _explain_failed_claim(db: sqlite3.Connection, execution_id: str, path: str | None) -> StoreError:
     """Say why a claim found nothing: already resumed, never pending, or no execution."""
-    if db.execute("SELECT 1 FROM tether_executions WHERE id = ?", (execution_id,)).fetchone() is None:
+    found = db.execute("SELECT status FROM tether_executions WHERE id = ?", (execution_id,)).fetchone()
+    if found is None:
         return ExecutionNotFound(execution_id)
+    if found[0] in FINAL_STATUSES:
+        return ExecutionFinished(execution_id, found[0])
     pending = [r[0] for r in db.execute(
         "SELECT path FROM tether_pending WHERE execution_id = ? ORDER BY path", (execution_id,)
     )]

@@ -1,0 +1,94 @@
+"""Find or start a PostgreSQL server for the test run, and give the run its own database.
+
+Order: ``TETHER_TEST_POSTGRES_DSN``; a server answering on 127.0.0.1:5432; a
+throwaway server from the ``pgserver`` wheel. If none can be had the run fails
+with a message saying how to provide one: a Postgres test is never skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import socket
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import asyncpg
+
+_LOCAL = "postgresql://postgres@127.0.0.1:5432/postgres"
+_HELP = (
+    "No PostgreSQL server for the tests. Set TETHER_TEST_POSTGRES_DSN to an admin DSN, "
+    "start one on 127.0.0.1:5432, or `pip install pgserver` (in the test extra) so the "
+    "tests can start a throwaway one."
+)
+
+
+def _answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def admin_dsn() -> Iterator[str]:
+    """Yield a DSN with the right to create databases."""
+    if dsn := os.environ.get("TETHER_TEST_POSTGRES_DSN"):
+        yield dsn
+        return
+    if not os.environ.get("TETHER_TEST_FORCE_PGSERVER") and _answers("127.0.0.1", 5432):
+        yield _LOCAL
+        return
+    try:
+        import pgserver
+    except ImportError as exc:
+        raise RuntimeError(_HELP) from exc
+    with tempfile.TemporaryDirectory(prefix="tether-pg-") as data:
+        server: Any = pgserver.get_server(data, cleanup_mode="stop")
+        try:
+            yield server.get_uri()
+        finally:
+            server.cleanup()
+
+
+def with_database(dsn: str, name: str) -> str:
+    """The same server and credentials, another database."""
+    base, _, query = dsn.partition("?")
+    head, _, _ = base.rpartition("/")
+    return f"{head}/{name}" + (f"?{query}" if query else "")
+
+
+@contextmanager
+def test_database() -> Iterator[str]:
+    """Create a database for this run, yield its DSN, drop it afterwards."""
+    with admin_dsn() as admin:
+        name = f"tether_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+
+        try:
+            admin_sql(admin, f'CREATE DATABASE "{name}"')
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise RuntimeError(f"{_HELP} (tried {admin}: {exc})") from exc
+        try:
+            yield with_database(admin, name)
+        finally:
+            admin_sql(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def admin_sql(dsn: str, sql: str, *args: Any) -> list[Any]:
+    """Run one statement on a fresh connection, from any thread or event loop."""
+
+    async def run() -> list[Any]:
+        conn = await asyncpg.connect(dsn, timeout=10)
+        try:
+            return list(await conn.fetch(sql, *args))
+        finally:
+            await conn.close()
+
+    # A thread of its own, so a test already inside an event loop can call it.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, run()).result()

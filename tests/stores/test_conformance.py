@@ -1,0 +1,430 @@
+"""The Store contract, checked against every store on both anyio backends."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import pytest
+
+from tether.stores import (
+    AlreadyResumed,
+    DuplicateInterrupt,
+    ExecutionFinished,
+    ExecutionNotFound,
+    Lease,
+    LeaseHeld,
+    NewEntry,
+    NewExecution,
+    NewInterrupt,
+    NoPendingInterrupt,
+    StaleLease,
+    Store,
+)
+
+OWNER = "proc-a"
+
+
+def new(execution_id: str | None = None, **input: object) -> NewExecution:
+    return NewExecution(
+        execution_id=execution_id or f"ex-{uuid.uuid4().hex[:8]}",
+        runner="refund",
+        root_path="chain:refund",
+        fingerprint="f1",
+        input=dict(input),
+    )
+
+
+async def started(store: Store, execution_id: str | None = None) -> Lease:
+    result = await store.start_execution(new(execution_id), owner=OWNER, lease_seconds=60)
+    assert result.created and result.lease is not None
+    return result.lease
+
+
+def entry(label: str, payload: object = None, path: str = "chain:refund/node:a") -> NewEntry:
+    return NewEntry(path=path, label=label, payload=payload)  # type: ignore[arg-type]
+
+
+async def paused(store: Store, path: str = "chain:refund/node:approve") -> tuple[Lease, int]:
+    """An execution suspended at ``path``; returns its (released) lease and pending seq."""
+    lease = await started(store)
+    pending = await store.suspend(
+        lease,
+        [entry("snapshot", {"state": 1}, path).model_copy(update={"kind": "snapshot"}),
+         entry("node:approve", None, path).model_copy(update={"kind": "suspended"})],
+        NewInterrupt(path=path, reason="manager_approval", context={"amount": 50_000}),
+    )
+    await store.release_lease(lease, status="paused")
+    return lease, pending.seq
+
+
+# -- executions ----------------------------------------------------------------
+
+
+async def test_start_creates_once_and_returns_existing(store: Store) -> None:
+    first = await store.start_execution(new("job-1", amount=5), owner=OWNER, lease_seconds=60)
+    again = await store.start_execution(new("job-1", amount=999), owner="proc-b", lease_seconds=60)
+    assert first.created and first.lease is not None and first.lease.epoch == 1
+    assert not again.created and again.lease is None
+    assert again.execution.input == {"amount": 5}
+    assert again.execution.status == "running"
+    assert again.execution.lease_owner == OWNER
+    fetched = await store.get_execution("job-1")
+    assert fetched == again.execution
+    assert await store.get_execution("nope") is None
+
+
+async def test_list_executions_filters_and_pages(store: Store) -> None:
+    ids = [f"ex-{i}" for i in range(5)]
+    for execution_id in ids:
+        lease = await started(store, execution_id)
+        if execution_id in ("ex-1", "ex-3"):
+            await store.release_lease(lease, status="completed", result={"ok": True})
+    assert [e.execution_id for e in await store.list_executions()] == ids
+    done = await store.list_executions(status="completed")
+    assert [e.execution_id for e in done] == ["ex-1", "ex-3"]
+    assert done[0].result == {"ok": True}
+    page1 = await store.list_executions(limit=2)
+    page2 = await store.list_executions(limit=2, after=page1[-1])
+    page3 = await store.list_executions(limit=2, after=page2[-1])
+    assert [e.execution_id for e in page1 + page2 + page3] == ids
+
+
+# -- journal -------------------------------------------------------------------
+
+
+async def test_append_numbers_entries_in_order(store: Store) -> None:
+    lease = await started(store)
+    assert await store.append(lease, [entry("node:a", {"x": 1})]) == [1]
+    assert await store.append(lease, [entry("node:b", [1, 2]), entry("node:c", "s")]) == [2, 3]
+    assert await store.append(lease, []) == []
+    journal = await store.read_journal(lease.execution_id)
+    assert [(e.seq, e.label, e.payload) for e in journal] == [
+        (1, "node:a", {"x": 1}), (2, "node:b", [1, 2]), (3, "node:c", "s")
+    ]
+    assert all(e.kind == "entry" and e.path == "chain:refund/node:a" for e in journal)
+    assert [e.seq for e in await store.read_journal(lease.execution_id, after_seq=1)] == [2, 3]
+    assert [e.seq for e in await store.read_journal(lease.execution_id, limit=2)] == [1, 2]
+
+
+async def test_payloads_round_trip_exactly(store: Store) -> None:
+    lease = await started(store)
+    payloads: list[object] = [
+        None, True, 0, -(2**62), 2**62, 1.5, "", "é ✓ 你好 \U0001f600", "\x00nul",
+        "'; DROP TABLE tether_journal; --", {"nested": {"deep": [1, {"k": None}]}},
+        {"b": 1, "a": 2}, [],
+    ]
+    await store.append(lease, [entry(f"p{i}", p) for i, p in enumerate(payloads)])
+    journal = await store.read_journal(lease.execution_id)
+    assert [e.payload for e in journal] == payloads
+    assert list(journal[11].payload) == ["b", "a"]  # type: ignore[arg-type]  # key order kept
+
+
+async def test_journals_are_per_execution(store: Store) -> None:
+    a, b = await started(store), await started(store)
+    await store.append(a, [entry("a1"), entry("a2")])
+    await store.append(b, [entry("b1")])
+    await store.append(a, [entry("a3")])
+    assert [(e.seq, e.label) for e in await store.read_journal(a.execution_id)] == [
+        (1, "a1"), (2, "a2"), (3, "a3")
+    ]
+    assert [(e.seq, e.label) for e in await store.read_journal(b.execution_id)] == [(1, "b1")]
+
+
+async def test_concurrent_appends_get_distinct_consecutive_seqs(store: Store) -> None:
+    lease = await started(store)
+    seqs: list[int] = []
+
+    async def writer(i: int) -> None:
+        seqs.extend(await store.append(lease, [entry(f"w{i}")]))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(writer, i)
+    assert sorted(seqs) == list(range(1, 21))
+    assert [e.seq for e in await store.read_journal(lease.execution_id)] == list(range(1, 21))
+
+
+# -- leases and fencing --------------------------------------------------------
+
+
+async def test_live_lease_is_exclusive(store: Store) -> None:
+    lease = await started(store)
+    with pytest.raises(LeaseHeld) as info:
+        await store.acquire_lease(lease.execution_id, owner="proc-b", lease_seconds=60)
+    assert info.value.owner == OWNER
+    assert "proc-a" in str(info.value)
+    same = await store.acquire_lease(lease.execution_id, owner=OWNER, lease_seconds=60)
+    assert same.epoch == lease.epoch + 1
+
+
+async def test_expired_lease_is_taken_over_and_old_holder_is_fenced(store: Store) -> None:
+    result = await store.start_execution(new(), owner=OWNER, lease_seconds=0)
+    old = result.lease
+    assert old is not None
+    await store.append(old, [entry("before")])
+    new_lease = await store.acquire_lease(old.execution_id, owner="proc-b", lease_seconds=60)
+    assert new_lease.epoch == old.epoch + 1 and new_lease.owner == "proc-b"
+
+    with pytest.raises(StaleLease):
+        await store.append(old, [entry("stale")])
+    with pytest.raises(StaleLease):
+        await store.renew_lease(old, lease_seconds=60)
+    with pytest.raises(StaleLease):
+        await store.put_idempotent(old, "k", 1)
+    with pytest.raises(StaleLease):
+        await store.suspend(old, [entry("s")], NewInterrupt(path="p", reason="r"))
+    with pytest.raises(StaleLease):
+        await store.release_lease(old, status="completed", result=1)
+
+    assert [e.label for e in await store.read_journal(old.execution_id)] == ["before"]
+    assert await store.count_pending(execution_id=old.execution_id) == 0
+    execution = await store.get_execution(old.execution_id)
+    assert execution is not None and execution.status == "running"
+    assert execution.lease_owner == "proc-b" and execution.lease_epoch == new_lease.epoch
+    assert await store.append(new_lease, [entry("after")]) == [2]
+
+
+async def test_renew_extends_and_release_gives_up(store: Store) -> None:
+    lease = await started(store)
+    renewed = await store.renew_lease(lease, lease_seconds=3600)
+    assert renewed.epoch == lease.epoch and renewed.expires_at > lease.expires_at
+    await store.release_lease(renewed)
+    execution = await store.get_execution(lease.execution_id)
+    assert execution is not None
+    assert execution.lease_owner is None and execution.status == "running"
+    with pytest.raises(StaleLease):
+        await store.append(renewed, [entry("x")])
+    other = await store.acquire_lease(lease.execution_id, owner="proc-b", lease_seconds=60)
+    assert other.epoch == lease.epoch + 1
+
+
+async def test_lease_errors_name_the_problem(store: Store) -> None:
+    with pytest.raises(ExecutionNotFound):
+        await store.acquire_lease("missing", owner=OWNER, lease_seconds=1)
+    lease = await started(store)
+    await store.release_lease(lease, status="failed", error="boom")
+    with pytest.raises(ExecutionFinished) as info:
+        await store.acquire_lease(lease.execution_id, owner=OWNER, lease_seconds=1)
+    assert info.value.status == "failed"
+    ghost = Lease(execution_id="missing", owner=OWNER, epoch=1, expires_at=datetime.now(UTC))
+    with pytest.raises(ExecutionNotFound):
+        await store.append(ghost, [entry("x")])
+
+
+async def test_release_with_final_status_stores_outcome(store: Store) -> None:
+    lease = await started(store)
+    seqs = await store.release_lease(
+        lease, status="completed", result={"approved": True}, entries=[entry("node:end", 1)]
+    )
+    assert seqs == [1]
+    execution = await store.get_execution(lease.execution_id)
+    assert execution is not None
+    assert (execution.status, execution.result, execution.error) == ("completed", {"approved": True}, None)
+    assert execution.finished and execution.lease_owner is None
+
+
+# -- suspend and claim ---------------------------------------------------------
+
+
+async def test_suspend_writes_entries_and_pending_row_together(store: Store) -> None:
+    lease = await started(store)
+    await store.append(lease, [entry("node:a")])
+    path = "supervisor:planner/worker:auditor/tool:approve_refund"
+    pending = await store.suspend(
+        lease,
+        [NewEntry(path=path, label="turn:1", kind="snapshot", payload={"messages": 3}),
+         NewEntry(path=path, label="turn:1/tool:approve_refund", kind="suspended")],
+        NewInterrupt(path=path, reason="manager_approval", context={"amount": 50_000}),
+    )
+    assert (pending.agent_path, pending.reason, pending.context, pending.seq) == (
+        path, "manager_approval", {"amount": 50_000}, 3
+    )
+    assert await store.list_pending() == [pending]
+    kinds = [e.kind for e in await store.read_journal(lease.execution_id)]
+    assert kinds == ["entry", "snapshot", "suspended"]
+
+
+async def test_duplicate_suspension_writes_nothing(store: Store) -> None:
+    lease = await started(store)
+    interrupt = NewInterrupt(path="agent:a/tool:t", reason="r")
+    await store.suspend(lease, [entry("s1")], interrupt)
+    with pytest.raises(DuplicateInterrupt):
+        await store.suspend(lease, [entry("s2"), entry("s3")], interrupt)
+    assert [e.label for e in await store.read_journal(lease.execution_id)] == ["s1"]
+    assert await store.append(lease, [entry("next")]) == [2]
+
+
+async def test_claim_consumes_once_and_journals_the_decision(store: Store) -> None:
+    lease, seq = await paused(store)
+    value = {"approved": True, "metadata": {"approver": "alice"}, "amount": 120}
+    resumed = await store.claim(lease.execution_id, value, path="chain:refund/node:approve")
+    assert resumed.kind == "resumed" and resumed.path == "chain:refund/node:approve"
+    assert resumed.payload == {"value": value, "suspended_seq": seq, "reason": "manager_approval"}
+    assert resumed.seq == seq + 1
+    journal = await store.read_journal(lease.execution_id)
+    assert journal[-1] == resumed
+    assert await store.count_pending() == 0
+    with pytest.raises(AlreadyResumed) as info:
+        await store.claim(lease.execution_id, {"approved": False}, path="chain:refund/node:approve")
+    assert info.value.path == "chain:refund/node:approve"
+    with pytest.raises(AlreadyResumed):
+        await store.claim(lease.execution_id, {"approved": False})
+    assert len(await store.read_journal(lease.execution_id)) == len(journal)
+
+
+async def test_claim_without_path_needs_exactly_one_pending(store: Store) -> None:
+    lease = await started(store)
+    for path in ("team:t/worker:a/tool:x", "team:t/worker:b/tool:x"):
+        await store.suspend(lease, [entry("s", path=path)], NewInterrupt(path=path, reason="r"))
+    with pytest.raises(NoPendingInterrupt) as info:
+        await store.claim(lease.execution_id, True)
+    assert info.value.pending == ["team:t/worker:a/tool:x", "team:t/worker:b/tool:x"]
+    assert await store.count_pending() == 2
+    await store.claim(lease.execution_id, True, path="team:t/worker:b/tool:x")
+    last = await store.claim(lease.execution_id, False)
+    assert last.path == "team:t/worker:a/tool:x"
+
+
+async def test_claim_pinned_to_a_suspension_refuses_a_later_one(store: Store) -> None:
+    lease = await started(store)
+    path = "agent:a/tool:approve"
+    first = await store.suspend(lease, [entry("s1", path=path)], NewInterrupt(path=path, reason="one"))
+    await store.claim(lease.execution_id, True, path=path, seq=first.seq)
+    second = await store.suspend(lease, [entry("s2", path=path)], NewInterrupt(path=path, reason="two"))
+    # A late duplicate click for the first approval must not approve the second.
+    with pytest.raises(AlreadyResumed):
+        await store.claim(lease.execution_id, True, path=path, seq=first.seq)
+    assert await store.list_pending() == [second]
+    await store.claim(lease.execution_id, False, path=path, seq=second.seq)
+
+
+async def test_claim_errors_say_why(store: Store) -> None:
+    with pytest.raises(ExecutionNotFound):
+        await store.claim("missing", True)
+    lease = await started(store)
+    with pytest.raises(NoPendingInterrupt, match="no pending interrupt"):
+        await store.claim(lease.execution_id, True)
+    await store.suspend(lease, [entry("s")], NewInterrupt(path="agent:a/tool:t", reason="r"))
+    with pytest.raises(NoPendingInterrupt, match=r"agent:a/tool:t"):
+        await store.claim(lease.execution_id, True, path="agent:a/tool:other")
+    assert await store.count_pending() == 1
+
+
+async def test_concurrent_claims_have_one_winner(store: Store) -> None:
+    lease, _ = await paused(store)
+    outcomes: list[str] = []
+
+    async def claimer(i: int) -> None:
+        try:
+            await store.claim(lease.execution_id, {"by": i}, path="chain:refund/node:approve")
+            outcomes.append("won")
+        except AlreadyResumed:
+            outcomes.append("lost")
+
+    async with anyio.create_task_group() as tg:
+        for i in range(10):
+            tg.start_soon(claimer, i)
+    assert sorted(outcomes) == ["lost"] * 9 + ["won"]
+    resumed = [e for e in await store.read_journal(lease.execution_id) if e.kind == "resumed"]
+    assert len(resumed) == 1
+
+
+async def test_final_status_clears_pending(store: Store) -> None:
+    lease = await started(store)
+    await store.suspend(lease, [entry("s")], NewInterrupt(path="agent:a/tool:t", reason="r"))
+    await store.release_lease(lease, status="cancelled")
+    assert await store.count_pending() == 0
+    with pytest.raises(ExecutionFinished, match="cancelled"):
+        await store.claim(lease.execution_id, True, path="agent:a/tool:t")
+
+
+# -- listing pending -----------------------------------------------------------
+
+
+async def test_list_pending_filters_by_prefix_and_pages_oldest_first(store: Store) -> None:
+    paths = [
+        "supervisor:planner/worker:auditor/tool:approve_refund",
+        "supervisor:planner/worker:researcher/tool:publish",
+        "swarm:content/agent:analyst/tool:approve_publish",
+        "agent:refund-bot/tool:approve_refund",
+        "supervisor:planner_v2/worker:x/tool:y",
+    ]
+    made = []
+    for path in paths:
+        lease = await started(store)
+        made.append(await store.suspend(lease, [entry("s", path=path)],
+                                        NewInterrupt(path=path, reason="r", context={"p": path})))
+    everything = await store.list_pending()
+    assert everything == made
+    under = await store.list_pending(path_prefix="supervisor:planner/")
+    assert [p.agent_path for p in under] == paths[:2]
+    assert await store.count_pending(path_prefix="supervisor:planner/") == 2
+    assert await store.count_pending(path_prefix="supervisor:planner") == 3
+    assert await store.count_pending(path_prefix="%") == 0
+    assert await store.count_pending(execution_id=made[3].execution_id) == 1
+    page, seen = await store.list_pending(limit=2), []
+    while page:
+        seen += page
+        page = await store.list_pending(limit=2, after=page[-1])
+    assert seen == made
+
+
+# -- idempotency ---------------------------------------------------------------
+
+
+async def test_idempotency_first_record_wins(store: Store) -> None:
+    lease = await started(store)
+    assert await store.get_idempotent(lease.execution_id, "charge#1") is None
+    first = await store.put_idempotent(lease, "charge#1", {"charge_id": "ch_1", "amount": 50})
+    again = await store.put_idempotent(lease, "charge#1", {"charge_id": "ch_2"})
+    assert first.value == again.value == {"charge_id": "ch_1", "amount": 50}
+    got = await store.get_idempotent(lease.execution_id, "charge#1")
+    assert got is not None and got.value == first.value
+    other = await started(store)
+    assert await store.get_idempotent(other.execution_id, "charge#1") is None
+
+
+# -- maintenance ---------------------------------------------------------------
+
+
+async def test_delete_execution_removes_everything(store: Store) -> None:
+    lease = await started(store)
+    await store.put_idempotent(lease, "k", 1)
+    await store.suspend(lease, [entry("s")], NewInterrupt(path="agent:a/tool:t", reason="r"))
+    keep = await started(store)
+    await store.append(keep, [entry("kept")])
+    assert await store.delete_execution(lease.execution_id) is True
+    assert await store.delete_execution(lease.execution_id) is False
+    assert await store.get_execution(lease.execution_id) is None
+    assert await store.read_journal(lease.execution_id) == []
+    assert await store.get_idempotent(lease.execution_id, "k") is None
+    assert await store.count_pending() == 0
+    assert len(await store.read_journal(keep.execution_id)) == 1
+
+
+async def test_prune_removes_old_finished_and_never_paused_or_running(store: Store) -> None:
+    done = await started(store, "done")
+    await store.append(done, [entry("x")])
+    await store.release_lease(done, status="completed", result=1)
+    failed = await started(store, "failed")
+    await store.release_lease(failed, status="failed", error="e")
+    await paused(store)
+    await started(store, "running")
+    assert await store.prune(older_than=datetime.now(UTC) - timedelta(days=1)) == 0
+    assert await store.prune(older_than=datetime.now(UTC) + timedelta(seconds=5)) == 2
+    remaining = sorted(e.status for e in await store.list_executions())
+    assert remaining == ["paused", "running"]
+    assert await store.read_journal("done") == []
+    assert await store.count_pending() == 1
+
+
+# -- setup ---------------------------------------------------------------------
+
+
+async def test_setup_twice_is_harmless(store: Store) -> None:
+    lease = await started(store)
+    await store.setup()
+    await store.setup()
+    assert await store.append(lease, [entry("x")]) == [1]
