@@ -26,6 +26,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 
 from ._errors import UsageError
 
@@ -68,6 +69,10 @@ class DriverLoop(ABC):
     async def aclose(self) -> None:
         """Stop the loop; the store has already closed its driver objects."""
 
+    def reachable(self) -> bool:
+        """Whether `run` works from the current context."""
+        return True
+
 
 def open_driver_loop() -> DriverLoop:
     """Pick the loop for a store opened from the current async context."""
@@ -84,16 +89,21 @@ class HostLoop(DriverLoop):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
 
-    async def run(self, fn: OpFn[T]) -> T:
+    def reachable(self) -> bool:
         try:
-            loop = asyncio.get_running_loop()
+            return asyncio.get_running_loop() is self._loop
         except RuntimeError:
-            loop = None
-        if loop is not self._loop:
+            return False
+
+    async def run(self, fn: OpFn[T]) -> T:
+        loop = self._loop
+        if not self.reachable():
             raise UsageError(
                 "This store was opened on another event loop. Open one store per event "
                 "loop, for example with 'async with store:' inside each anyio.run()."
             )
+        # An already-cancelled caller starts nothing (this does not yield otherwise).
+        await anyio.lowlevel.checkpoint_if_cancelled()
         op = Op()
         task = loop.create_task(fn(op))
         try:
@@ -126,6 +136,7 @@ class ThreadLoop(DriverLoop):
     async def run(self, fn: OpFn[T]) -> T:
         if self._loop.is_closed():
             raise UsageError("This store is closed; open a new one.")
+        await anyio.lowlevel.checkpoint_if_cancelled()
         done = anyio.Event()
         wake = _threadsafe_waker(done)
         op = Op()

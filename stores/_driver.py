@@ -35,6 +35,10 @@ class DriverStore(Store):
     async def _close(self) -> None:
         """Close driver objects (runs on the driver loop)."""
 
+    @abstractmethod
+    async def _abandon(self) -> None:
+        """Release driver objects whose event loop is gone (runs on the caller's loop)."""
+
     async def setup(self) -> None:
         await self._loop()
 
@@ -68,6 +72,10 @@ class DriverStore(Store):
         if loop is None:
             return
         with anyio.CancelScope(shield=True):
+            if not loop.reachable():
+                # Opened under another event loop (say, an earlier anyio.run()).
+                await self._abandon()
+                return
             try:
                 await loop.run(lambda op: self._close())
             finally:

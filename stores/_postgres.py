@@ -208,6 +208,12 @@ class PostgresStore(DriverStore):
         if pool is not None:
             await pool.close()
 
+    async def _abandon(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            # Its loop is gone, so nothing can be awaited on its connections: drop them.
+            pool.terminate()
+
     async def _fetch(self, sql: str, *args: Any, write: bool = False) -> list[asyncpg.Record]:
         async def op_fn(op: Op) -> list[asyncpg.Record]:
             assert self._pool is not None

@@ -9,6 +9,7 @@ another process's claim fail with "database is locked" instead of waiting.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -195,8 +196,14 @@ class SQLiteStore(DriverStore):
         # aiosqlite's worker thread is not a daemon: a script that forgets to close
         # the store would hang at exit waiting for it. Committed data is safe either way.
         conn._thread.daemon = True
-        with _map_errors(self.path):
-            await conn
+        try:
+            with _map_errors(self.path):
+                await conn
+        except BaseException:
+            # A failed connect leaves aiosqlite stopping its thread, which then calls
+            # back into this loop; wait for it so it never finds the loop closed.
+            await asyncio.get_running_loop().run_in_executor(None, conn._thread.join, 10)
+            raise
         self._conn = conn
         try:
             await self._call(self._configure)
@@ -232,6 +239,13 @@ class SQLiteStore(DriverStore):
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()
+
+    async def _abandon(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            stopped = conn.stop()  # closes the connection on its own thread
+            if stopped is not None:
+                await stopped
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the connection's thread (one crossing)."""

@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import os
 import socket
+import threading
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -92,3 +93,52 @@ def admin_sql(dsn: str, sql: str, *args: Any) -> list[Any]:
     # A thread of its own, so a test already inside an event loop can call it.
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, run()).result()
+
+
+@contextmanager
+def holding_lock(dsn: str, schema: str, *statements: str) -> Iterator[threading.Event]:
+    """Run ``statements`` in a transaction on another connection and keep it open.
+
+    Yields an event; set it to commit and let the blocked statements go.
+    """
+    ready, release = threading.Event(), threading.Event()
+    failure: list[BaseException] = []
+
+    async def hold() -> None:
+        conn = await asyncpg.connect(dsn, server_settings={"search_path": schema})
+        try:
+            async with conn.transaction():
+                for statement in statements:
+                    await conn.execute(statement)
+                ready.set()
+                await asyncio.to_thread(release.wait)
+        finally:
+            await conn.close()
+
+    def run() -> None:
+        try:
+            asyncio.run(hold())
+        except BaseException as exc:
+            failure.append(exc)
+            ready.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    ready.wait(30)
+    try:
+        if failure:
+            raise failure[0]
+        yield release
+    finally:
+        release.set()
+        thread.join(30)
+
+
+def backends_waiting_on_locks(dsn: str) -> int:
+    """How many sessions of this database wait for a lock right now."""
+    rows = admin_sql(
+        dsn,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock'",
+    )
+    return int(rows[0][0])
