@@ -7,16 +7,38 @@ keeps working as the kernel grows around it.
 
 from tether.stores import (
     AlreadyResumed as AlreadyResumed,
+)
+from tether.stores import (
     ConfigurationError as ConfigurationError,
+)
+from tether.stores import (
     ExecutionFinished as ExecutionFinished,
+)
+from tether.stores import (
     ExecutionNotFound as ExecutionNotFound,
+)
+from tether.stores import (
     LeaseHeld as LeaseHeld,
+)
+from tether.stores import (
     NoPendingInterrupt as NoPendingInterrupt,
+)
+from tether.stores import (
     SerializationError as SerializationError,
+)
+from tether.stores import (
     StaleLease as StaleLease,
+)
+from tether.stores import (
     StoreError as StoreError,
+)
+from tether.stores import (
     StoreUnavailable as StoreUnavailable,
+)
+from tether.stores import (
     TetherError as TetherError,
+)
+from tether.stores import (
     UsageError as UsageError,
 )
 

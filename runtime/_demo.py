@@ -11,7 +11,6 @@ import os
 import time
 
 import anyio
-
 from tether.stores import (
     AlreadyResumed,
     NewEntry,

@@ -180,4 +180,8 @@ def _threadsafe_waker(event: anyio.Event) -> Callable[[], None]:
 
         token = trio.lowlevel.current_trio_token()
         return lambda: token.run_sync_soon(event.set)
-    return lambda: host.call_soon_threadsafe(event.set)
+
+    def wake() -> None:
+        host.call_soon_threadsafe(event.set)
+
+    return wake

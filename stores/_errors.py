@@ -24,7 +24,10 @@ runtime and actors raise these same classes and re-export them.
 
 from __future__ import annotations
 
-from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 
 class TetherError(Exception):

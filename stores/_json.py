@@ -6,12 +6,13 @@ A checkpoint read back can never run code, because it is only ever JSON text.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._errors import SerializationError, StoreCorrupted
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ._models import NewEntry
 
 # ensure_ascii keeps lone surrogates and other odd code points as escapes, so the

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import anyio.lowlevel
-from pydantic import JsonValue
 
 from . import _json
-from ._json import entry_rows
 from ._errors import (
     AlreadyResumed,
     DuplicateInterrupt,
@@ -23,6 +21,7 @@ from ._errors import (
     StoreError,
     UsageError,
 )
+from ._json import entry_rows
 from ._models import (
     FINAL_STATUSES,
     Execution,
@@ -37,6 +36,11 @@ from ._models import (
     StartResult,
 )
 from ._protocol import Store
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pydantic import JsonValue
 
 
 def _ts(value: float) -> datetime:

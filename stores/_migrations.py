@@ -61,8 +61,8 @@ SQLITE_MIGRATIONS: list[list[str]] = [
 
 POSTGRES_MIGRATIONS: list[list[str]] = [
     [
-        "CREATE TABLE IF NOT EXISTS tether_schema "
-        "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        ("CREATE TABLE IF NOT EXISTS tether_schema "
+        "(version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())")
     ],
     [
         """CREATE TABLE tether_executions (

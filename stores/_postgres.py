@@ -9,15 +9,10 @@ committed); the caller waits for its answer, which takes one round trip.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from pydantic import JsonValue
-
 from . import _json
-from ._bridge import Op
 from ._driver import DriverStore
 from ._errors import (
     AlreadyResumed,
@@ -47,10 +42,17 @@ from ._models import (
     PendingInterrupt,
     StartResult,
 )
+from ._pgpool import ConnectionPool
 from ._protocol import SCHEMA_VERSION
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from datetime import datetime
+
     import asyncpg
+    from pydantic import JsonValue
+
+    from ._bridge import Op
 
 _EXEC_COLS = (
     "id, runner, root_path, fingerprint, status, input, result, error, "
@@ -143,7 +145,7 @@ class PostgresStore(DriverStore):
         self.min_size = min_size
         self.max_size = max_size
         self.connect_timeout = connect_timeout
-        self._pool: asyncpg.Pool | None = None
+        self._pool: ConnectionPool | None = None
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact(self.dsn)!r})"
@@ -172,20 +174,16 @@ class PostgresStore(DriverStore):
     async def _open(self) -> None:
         import asyncpg
 
-        async def keep_session(conn: asyncpg.Connection) -> None:
-            # Every operation is one statement, so a released connection carries
-            # no session state; skipping asyncpg's reset query saves a round trip.
-            if conn.is_in_transaction():
-                await conn.execute("ROLLBACK")
-
         settings = {"search_path": self.schema} if self.schema else {}
+
+        async def connect() -> Any:
+            return await asyncpg.connect(self.dsn, timeout=self.connect_timeout, server_settings=settings)
+
+        pool = ConnectionPool(connect, self.max_size)
         with self._map_errors():
-            self._pool = await asyncpg.create_pool(
-                self.dsn, min_size=self.min_size, max_size=self.max_size,
-                timeout=self.connect_timeout, reset=keep_session, server_settings=settings,
-            )
             try:
-                async with self._pool.acquire() as conn, conn.transaction():
+                await pool.fill(self.min_size)
+                async with pool.connection() as conn, conn.transaction():
                     await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
                     if self.schema:
                         await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
@@ -199,14 +197,14 @@ class PostgresStore(DriverStore):
                             await conn.execute(statement)
                         await conn.execute("INSERT INTO tether_schema (version) VALUES ($1)", version)
             except BaseException:
-                await self._pool.close()
-                self._pool = None
+                await pool.aclose()
                 raise
+        self._pool = pool
 
     async def _close(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
-            await pool.close()
+            await pool.aclose()
 
     async def _abandon(self) -> None:
         pool, self._pool = self._pool, None
@@ -218,7 +216,7 @@ class PostgresStore(DriverStore):
         async def op_fn(op: Op) -> list[asyncpg.Record]:
             assert self._pool is not None
             with self._map_errors():
-                async with self._pool.acquire() as conn:
+                async with self._pool.connection() as conn:
                     if write:
                         op.commit()
                     return await conn.fetch(sql, *args)  # type: ignore[no-any-return]
@@ -245,6 +243,7 @@ class PostgresStore(DriverStore):
         )
         if rows:
             execution = _execution(rows[0])
+            assert execution.lease_expires_at is not None
             lease = Lease(execution_id=new.execution_id, owner=owner, epoch=1,
                           expires_at=execution.lease_expires_at)
             return StartResult(execution=execution, created=True, lease=lease)

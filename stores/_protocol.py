@@ -8,25 +8,27 @@ cancelled before its commit raises the cancellation and changed nothing.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from datetime import datetime
-from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
-from pydantic import JsonValue
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+    from types import TracebackType
 
-from ._models import (
-    Execution,
-    ExecutionStatus,
-    IdempotencyRecord,
-    JournalEntry,
-    Lease,
-    NewEntry,
-    NewExecution,
-    NewInterrupt,
-    PendingInterrupt,
-    StartResult,
-)
+    from pydantic import JsonValue
+
+    from ._models import (
+        Execution,
+        ExecutionStatus,
+        IdempotencyRecord,
+        JournalEntry,
+        Lease,
+        NewEntry,
+        NewExecution,
+        NewInterrupt,
+        PendingInterrupt,
+        StartResult,
+    )
 
 SCHEMA_VERSION = 1
 """The schema version this release writes; `setup()` migrates older databases to it."""

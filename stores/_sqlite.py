@@ -12,18 +12,12 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from pydantic import JsonValue
-
 from . import _json
-from ._bridge import Op
 from ._driver import DriverStore
-from ._json import entry_rows
 from ._errors import (
     AlreadyResumed,
     ConfigurationError,
@@ -38,6 +32,7 @@ from ._errors import (
     StoreError,
     StoreUnavailable,
 )
+from ._json import entry_rows
 from ._migrations import SQLITE_MIGRATIONS
 from ._models import (
     FINAL_STATUSES,
@@ -55,7 +50,13 @@ from ._models import (
 from ._protocol import SCHEMA_VERSION
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+    from pathlib import Path
+
     import aiosqlite
+    from pydantic import JsonValue
+
+    from ._bridge import Op
 
 T = TypeVar("T")
 Synchronous = Literal["FULL", "NORMAL"]
@@ -85,8 +86,12 @@ def _span(seconds: float) -> int:
     return int(seconds * 1_000_000)
 
 
-def _ts(value: int | None) -> datetime | None:
-    return None if value is None else _EPOCH + timedelta(microseconds=value)
+def _ts(value: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=value)
+
+
+def _ts_or_none(value: int | None) -> datetime | None:
+    return None if value is None else _ts(value)
 
 
 def _execution(row: Sequence[Any]) -> Execution:
@@ -100,7 +105,7 @@ def _execution(row: Sequence[Any]) -> Execution:
         result=None if row[6] is None else _json.loads(row[6]),
         error=row[7],
         lease_owner=row[8],
-        lease_expires_at=_ts(row[9]),
+        lease_expires_at=_ts_or_none(row[9]),
         lease_epoch=row[10],
         created_at=_ts(row[11]),
         updated_at=_ts(row[12]),
@@ -255,7 +260,7 @@ class SQLiteStore(DriverStore):
         with _map_errors(self.path):
             # aiosqlite's public API crosses to its thread once per statement; a
             # whole transaction in one crossing needs its queue method.
-            return await conn._execute(fn, conn._conn)  # type: ignore[no-any-return]
+            return await conn._execute(fn, conn._conn)  # type: ignore[no-untyped-call, no-any-return]
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self._run(lambda op: self._call(fn))
@@ -331,7 +336,7 @@ class SQLiteStore(DriverStore):
             if row is not None:
                 execution = _execution(row)
                 lease = Lease(execution_id=new.execution_id, owner=owner, epoch=1,
-                              expires_at=execution.lease_expires_at)
+                              expires_at=_ts(now + _span(lease_seconds)))
                 return StartResult(execution=execution, created=True, lease=lease)
             row = db.execute(
                 f"SELECT {_EXEC_COLS} FROM tether_executions WHERE id = ?", (new.execution_id,)
@@ -356,7 +361,8 @@ class SQLiteStore(DriverStore):
         limit: int = 100,
         after: Execution | None = None,
     ) -> list[Execution]:
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         if status is not None:
             where.append("status = ?")
             params.append(status)
@@ -393,7 +399,7 @@ class SQLiteStore(DriverStore):
                 raise ExecutionNotFound(execution_id)
             if found[0] in FINAL_STATUSES:
                 raise ExecutionFinished(execution_id, found[0])
-            raise LeaseHeld(execution_id, found[1], _ts(found[2]))  # type: ignore[arg-type]
+            raise LeaseHeld(execution_id, found[1], _ts(found[2]))
 
         return await self._write(fn)
 
@@ -514,7 +520,7 @@ class SQLiteStore(DriverStore):
                     "AND (? IS NULL OR seq = ?) RETURNING reason, seq",
                     (execution_id, target, seq, seq),
                 ).fetchone()
-            if row is None:
+            if row is None or target is None:
                 raise _explain_failed_claim(db, execution_id, target)
             payload = {"value": value, "suspended_seq": row[1], "reason": row[0]}
             payload_json = _json.dumps(payload, what="the resume value")

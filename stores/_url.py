@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 from ._errors import ConfigurationError
 from ._memory import MemoryStore
 from ._postgres import PostgresStore
-from ._protocol import Store
 from ._sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from ._protocol import Store
 
 
 def open_store(url: str) -> Store:

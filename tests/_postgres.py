@@ -11,14 +11,16 @@ import asyncio
 import concurrent.futures
 import os
 import socket
-import threading
 import tempfile
+import threading
 import uuid
-from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 _LOCAL = "postgresql://postgres@127.0.0.1:5432/postgres"
 _HELP = (

@@ -13,7 +13,6 @@ import json
 import sys
 
 import anyio
-
 from tether.stores import AlreadyResumed, PostgresStore, Store, open_store
 
 

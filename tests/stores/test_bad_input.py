@@ -7,11 +7,10 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import pytest
-
 from tether.stores import (
     ConfigurationError,
     NewEntry,
@@ -27,7 +26,11 @@ from tether.stores import (
     UsageError,
     open_store,
 )
+
 from tests._postgres import admin_sql, with_database
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def digest(path: Path) -> str:
@@ -51,7 +54,7 @@ async def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
     path = tmp_path / "notes.db"
     path.write_bytes(b"These are my notes, not a database.\n" * 200)
     before = digest(path)
-    with pytest.raises(StoreCorrupted, match="not a usable SQLite database.*backup"):
+    with pytest.raises(StoreCorrupted, match=r"not a usable SQLite database.*backup"):
         await SQLiteStore(path).setup()
     assert digest(path) == before
 
@@ -82,7 +85,7 @@ async def test_a_database_from_a_newer_tether(tmp_path: Path) -> None:
     with sqlite3.connect(path) as db:
         db.execute("INSERT INTO tether_schema (version, applied_at) VALUES (99, 0)")
     before = digest(path)
-    with pytest.raises(SchemaVersionError, match="version 99.*Upgrade tether") as info:
+    with pytest.raises(SchemaVersionError, match=r"version 99.*Upgrade tether") as info:
         await SQLiteStore(path).setup()
     assert (info.value.found, info.value.supported) == (99, 1)
     assert digest(path) == before
@@ -211,7 +214,7 @@ def test_a_script_that_never_closes_its_store_exits(
             print("written")
         anyio.run(main, backend={backend!r})
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "written"
 

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import random
 import sqlite3
-from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import anyio
-import pytest
-
 from tether.stores import NewEntry, NewExecution, PostgresStore, SQLiteStore, Store
+
 from tests._postgres import backends_waiting_on_locks, holding_lock
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    import pytest
 
 BATCH = 5
 

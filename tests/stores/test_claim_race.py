@@ -16,7 +16,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-
 from tether.stores import NewEntry, NewExecution, NewInterrupt, PostgresStore, SQLiteStore, Store
 
 CLAIMERS = 8

@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 
 import anyio
 import pytest
-
 from tether.stores import (
     AlreadyResumed,
     DuplicateInterrupt,
