@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import anyio
-
 from tether.stores import NewEntry, NewExecution, PostgresStore
-from tests._postgres import admin_sql
+
+from tests._postgres import admin_sql, backends_waiting_on_locks, holding_lock
 
 
 async def test_more_callers_than_connections(postgres_dsn: str, pg_schema: str) -> None:
@@ -24,15 +24,21 @@ async def test_more_callers_than_connections(postgres_dsn: str, pg_schema: str) 
                 tg.start_soon(writer, i)
         assert len(await store.read_journal("ex")) == 30
 
-        # 30 more callers, 2 connections: cancel them while most wait in the queue.
-        async with anyio.create_task_group() as tg:
-            for i in range(30, 60):
-                tg.start_soon(writer, i)
-            await anyio.wait_all_tasks_blocked()
-            tg.cancel_scope.cancel()
+        # 30 more callers: two are stuck on the server behind a row lock holding both
+        # connections, 28 wait in the pool's queue. Cancel all of them.
+        with anyio.fail_after(30), holding_lock(
+            postgres_dsn, pg_schema, "SELECT 1 FROM tether_executions FOR UPDATE"
+        ) as release:
+            async with anyio.create_task_group() as tg:
+                for i in range(30, 60):
+                    tg.start_soon(writer, i)
+                while await anyio.to_thread.run_sync(backends_waiting_on_locks, postgres_dsn) < 2:
+                    await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+                release.set()
+        # The two sent statements committed; the 28 queued callers wrote nothing.
         seqs = [e.seq for e in await store.read_journal("ex")]
-        assert seqs == list(range(1, len(seqs) + 1))
-        assert 30 <= len(seqs) < 60
+        assert seqs == list(range(1, 33))
         # The pool still hands out connections after its waiters were cancelled.
         assert len(await store.append(lease, [NewEntry(path="a", label="last")])) == 1
 
