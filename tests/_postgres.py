@@ -14,6 +14,7 @@ import socket
 import tempfile
 import threading
 import uuid
+import warnings
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -47,12 +48,15 @@ def admin_dsn() -> Iterator[str]:
     if not os.environ.get("TETHER_TEST_FORCE_PGSERVER") and _answers("127.0.0.1", 5432):
         yield _LOCAL
         return
-    try:
-        import pgserver
-    except ImportError as exc:
-        raise RuntimeError(_HELP) from exc
     with tempfile.TemporaryDirectory(prefix="tether-pg-") as data:
-        server: Any = pgserver.get_server(data, cleanup_mode="stop")
+        with warnings.catch_warnings():
+            # platformdirs warns, on import, when XDG_RUNTIME_DIR is unset (root in CI).
+            warnings.simplefilter("ignore")
+            try:
+                import pgserver
+            except ImportError as exc:
+                raise RuntimeError(_HELP) from exc
+            server: Any = pgserver.get_server(data, cleanup_mode="stop")
         try:
             yield server.get_uri()
         finally:
