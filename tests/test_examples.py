@@ -1,0 +1,53 @@
+"""The example programs run, as a user would run them, against a real store."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from tether.stores import NewEntry, NewExecution, NewInterrupt, SQLiteStore
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+PATH = "supervisor:planner/worker:auditor/tool:approve_refund"
+
+
+async def pause_one(db: Path) -> None:
+    async with SQLiteStore(db) as store:
+        started = await store.start_execution(
+            NewExecution(execution_id="job-42", runner="planner", root_path="supervisor:planner"),
+            owner="app", lease_seconds=60,
+        )
+        assert started.lease is not None
+        await store.suspend(started.lease, [NewEntry(path=PATH, label="turn:2/tool:approve_refund",
+                                                     kind="suspended")],
+                            NewInterrupt(path=PATH, reason="manager_approval", context={"amount": 50_000}))
+        await store.release_lease(started.lease, status="paused")
+
+
+def inbox(db: Path, backend: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / "approvals_inbox.py"), "--store", f"sqlite:///{db}",
+         "--backend", backend, *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_approvals_inbox(tmp_path: Path, backend: str) -> None:
+    db = tmp_path / "app.db"
+    anyio.run(pause_one, db)
+    listing = inbox(db, backend)
+    assert listing.returncode == 0, listing.stderr
+    assert PATH in listing.stdout and "manager_approval" in listing.stdout and "50000" in listing.stdout
+
+    approved = inbox(db, backend, "--approve", "job-42", "--path", PATH, "--by", "alice")
+    assert approved.returncode == 0, approved.stderr
+    assert "approved job-42" in approved.stdout
+
+    late = inbox(db, backend, "--reject", "job-42", "--path", PATH, "--by", "bob")
+    assert late.returncode == 2
+    assert "already resumed" in late.stdout
+    assert "Nothing is waiting" in inbox(db, backend).stdout
