@@ -22,6 +22,7 @@ from tether.stores import AlreadyResumed, Store, StoreError, open_store
 
 
 async def show_inbox(store: Store) -> None:
+    """Print every pending interrupt, oldest first, with its full path and context."""
     pending = await store.list_pending(limit=50)
     if not pending:
         print("Nothing is waiting for a decision.")
@@ -32,6 +33,7 @@ async def show_inbox(store: Store) -> None:
 
 
 async def decide(store: Store, execution_id: str, path: str, approved: bool, by: str, note: str) -> int:
+    """Claim one interrupt with a decision; return the exit code (2: someone was first)."""
     value = {"approved": approved, "metadata": {"approver": by, "note": note}}
     try:
         decision = await store.claim(execution_id, value, path=path)
@@ -47,6 +49,7 @@ async def decide(store: Store, execution_id: str, path: str, approved: bool, by:
 
 
 async def main(args: argparse.Namespace) -> int:
+    """Show the inbox, or decide one interrupt."""
     async with open_store(args.store) as store:
         target = args.approve or args.reject
         if target is None:
@@ -56,6 +59,7 @@ async def main(args: argparse.Namespace) -> int:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
+    """Read the command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", default="sqlite:///tether-demo.db")
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
