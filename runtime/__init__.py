@@ -1,8 +1,12 @@
-"""The tether actor runtime.
+"""The tether actor runtime: mailbox actors under anyio task groups, supervised and journaled.
 
-This release ships the store layer (`tether.stores`); the runtime re-exports the
-errors an application catches, so ``from tether.runtime import AlreadyResumed``
-keeps working as the kernel grows around it.
+```python
+from tether.runtime import Actor, Runtime
+
+async with Runtime(store) as rt:
+    ref = await rt.spawn(AccountActor, "42", durable=True)
+    print(await ref.ask(Deposit(amount=5)))
+```
 """
 
 from tether.stores import (
@@ -42,19 +46,53 @@ from tether.stores import (
     UsageError as UsageError,
 )
 
+from ._actor import Actor as Actor
+from ._actor import ActorContext as ActorContext
+from ._actor import NoState as NoState
+from ._errors import (
+    ActorCrashed as ActorCrashed,
+)
+from ._errors import (
+    ActorError as ActorError,
+)
+from ._errors import (
+    ActorNotFound as ActorNotFound,
+)
+from ._errors import (
+    ActorStopped as ActorStopped,
+)
+from ._errors import (
+    SupervisionEscalated as SupervisionEscalated,
+)
+from ._ref import ActorRef as ActorRef
+from ._runtime import Runtime as Runtime
+from ._supervision_types import RestartPolicy as RestartPolicy
+from ._supervision_types import SupervisionStrategy as SupervisionStrategy
 from ._version import __version__ as __version__
 
 __all__ = (
+    "Actor",
+    "ActorContext",
+    "ActorCrashed",
+    "ActorError",
+    "ActorNotFound",
+    "ActorRef",
+    "ActorStopped",
     "AlreadyResumed",
     "ConfigurationError",
     "ExecutionFinished",
     "ExecutionNotFound",
     "LeaseHeld",
     "NoPendingInterrupt",
+    "NoState",
+    "RestartPolicy",
+    "Runtime",
     "SerializationError",
     "StaleLease",
     "StoreError",
     "StoreUnavailable",
+    "SupervisionEscalated",
+    "SupervisionStrategy",
     "TetherError",
     "UsageError",
     "__version__",

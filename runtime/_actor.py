@@ -1,0 +1,133 @@
+"""`Actor`: the unit of state and behaviour that the runtime runs, supervises and journals."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, get_args, get_origin
+
+from pydantic import BaseModel
+from tether.stores import ConfigurationError
+
+from ._supervision_types import RestartPolicy, SupervisionStrategy
+
+if TYPE_CHECKING:
+    from ._ref import ActorRef
+    from ._supervision import Group
+
+
+class NoState(BaseModel):
+    """The state of an actor that keeps none."""
+
+
+StateT = TypeVar("StateT", bound=BaseModel)
+
+
+class Actor(Generic[StateT]):
+    """Subclass this and implement `receive`; the runtime does the rest.
+
+    The type argument is the actor's state model. The runtime creates it (from its
+    defaults, or restored from the journal for a durable actor) before the first
+    message, as ``self.state``. Handlers change ``self.state`` freely: for a
+    durable actor the runtime journals what each message changed.
+
+    Example:
+        ```python
+        class Deposit(BaseModel):
+            amount: int
+
+        class Account(BaseModel):
+            balance: int = 0
+
+        class AccountActor(Actor[Account]):
+            kind = "account"
+            messages = (Deposit,)
+
+            async def receive(self, message: BaseModel) -> Any:
+                assert isinstance(message, Deposit)
+                self.state.balance += message.amount
+                return self.state.balance
+        ```
+
+    Class attributes:
+        kind: The path segment's kind: an actor named ``"42"`` of kind ``"account"``
+            lives at ``.../account:42``.
+        messages: The message models a durable actor accepts; a journaled message
+            is read back only as one of these (never by importing a name from data).
+        supervision: How this actor's children are restarted.
+        max_restarts, within: Restart intensity: more than ``max_restarts`` restarts
+            within ``within`` seconds stops the children and fails this actor.
+    """
+
+    kind: ClassVar[str] = "actor"
+    messages: ClassVar[tuple[type[BaseModel], ...]] = ()
+    supervision: ClassVar[SupervisionStrategy] = SupervisionStrategy.ONE_FOR_ONE
+    max_restarts: ClassVar[int] = 3
+    within: ClassVar[float] = 5.0
+
+    state_type: ClassVar[type[BaseModel]] = NoState
+    state: StateT
+    context: ActorContext
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in getattr(cls, "__orig_bases__", ()):
+            if get_origin(base) is Actor:
+                (argument,) = get_args(base)
+                if isinstance(argument, type) and issubclass(argument, BaseModel):
+                    cls.state_type = argument
+
+    async def started(self) -> None:
+        """Called once per incarnation, after the state is ready, before the first message.
+
+        Spawn children here: a restarted actor runs it again.
+        """
+
+    async def receive(self, message: Any) -> Any:
+        """Handle one message and return the reply (``ask`` gets it; ``send`` drops it)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement receive()")
+
+    async def stopping(self) -> None:
+        """Called when the actor stops on purpose, after its last message."""
+
+
+class ActorContext:
+    """What a running actor knows about its place in the tree."""
+
+    def __init__(self, path: str, ref: ActorRef, group: Group) -> None:
+        self.path = path
+        self.ref = ref
+        self._group = group
+
+    @property
+    def name(self) -> str:
+        """The last segment's name, without its kind."""
+        return self.path.rsplit("/", 1)[-1].split(":", 1)[-1]
+
+    async def spawn(
+        self,
+        factory: ActorFactory,
+        name: str,
+        *,
+        restart: RestartPolicy = "permanent",
+        shutdown_timeout: float = 5.0,
+        durable: bool = False,
+    ) -> ActorRef:
+        """Start a child of this actor; it is stopped before this actor stops.
+
+        Arguments are those of `Runtime.spawn`.
+        """
+        return await self._group.start_child(factory, name, restart=restart,
+                                             shutdown_timeout=shutdown_timeout, durable=durable)
+
+
+ActorFactory = Any
+"""A zero-argument callable returning a fresh `Actor`, usually the Actor subclass itself."""
+
+
+def segment(kind: str, name: str) -> str:
+    """One path segment, ``kind:name``; refuses separators that would fake a path."""
+    if not name or "/" in name or "/" in kind or ":" in kind:
+        raise ConfigurationError(
+            f"Cannot name an actor {kind!r}:{name!r}: names must be non-empty and must not "
+            f"contain '/' (it separates path segments), kinds must not contain ':'."
+        )
+    return f"{kind}:{name}"

@@ -1,0 +1,100 @@
+"""`ActorRef`: how anyone talks to an actor, across its restarts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+if TYPE_CHECKING:
+    from ._supervision import Slot
+
+
+class Reply:
+    """A one-shot answer to an ``ask``."""
+
+    __slots__ = ("_done", "error", "value")
+
+    def __init__(self) -> None:
+        self._done = anyio.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def resolve(self, value: Any) -> None:
+        if not self._done.is_set():
+            self.value = value
+            self._done.set()
+
+    def fail(self, error: BaseException) -> None:
+        if not self._done.is_set():
+            self.error = error
+            self._done.set()
+
+    async def wait(self) -> Any:
+        await self._done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+@dataclass
+class Envelope:
+    """A message in a mailbox, with where its reply goes."""
+
+    message: Any
+    reply: Reply | None = None
+    inbox_seq: int | None = field(default=None)
+    """For a durable actor: the journal entry that holds the message."""
+
+
+class ActorRef:
+    """A handle to an actor. It stays valid across the actor's restarts.
+
+    Refs come from `Runtime.spawn` and `ActorContext.spawn`; they are never built by hand.
+    """
+
+    __slots__ = ("_slot",)
+
+    def __init__(self, slot: Slot) -> None:
+        self._slot = slot
+
+    def __repr__(self) -> str:
+        return f"<ActorRef {self.path}>"
+
+    @property
+    def path(self) -> str:
+        """The actor's full path, e.g. ``service:bank/account:42``."""
+        return self._slot.path
+
+    async def send(self, message: Any) -> None:
+        """Put a message in the actor's mailbox; wait while the mailbox is full.
+
+        For a durable actor it returns once the message is in the journal: from
+        then on it will be handled exactly once, whatever crashes.
+
+        Raises:
+            ActorStopped: The actor was stopped.
+        """
+        await self._slot.deliver(Envelope(message))
+
+    async def ask(self, message: Any, *, timeout: float | None = None) -> Any:
+        """Send a message and wait for the handler's return value.
+
+        Raises:
+            ActorCrashed: The handler raised; ``__cause__`` is its error.
+            ActorStopped: The actor was stopped before it answered.
+            TimeoutError: No answer within ``timeout`` seconds.
+        """
+        reply = Reply()
+        await self._slot.deliver(Envelope(message, reply))
+        with anyio.fail_after(timeout):
+            return await reply.wait()
+
+    async def stop(self) -> None:
+        """Stop the actor after its current message, and its children first.
+
+        Messages still in its mailbox are dropped (a durable actor's stay in its
+        journal). Stopping a stopped actor does nothing.
+        """
+        await self._slot.stop()

@@ -1,0 +1,349 @@
+"""Supervision: each actor's children run in its own task group, under a strategy.
+
+The actor tree IS the task tree. An actor's incarnation is one task of its
+parent's group; its children are tasks of a group inside it. A child that
+crashes does not tear its siblings down by itself: the group catches the exit
+and applies the parent's `SupervisionStrategy`, the child's `RestartPolicy` and
+the restart intensity (Erlang/OTP semantics). Children start in order and stop
+in reverse order, each within its shutdown timeout.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from tether.stores import ConfigurationError, StaleLease, Store
+
+from . import _delta
+from ._actor import Actor, ActorContext, ActorFactory, segment
+from ._errors import ActorCrashed, ActorStopped, SupervisionEscalated
+from ._journal import ActorJournal, MessageCodec
+from ._ref import ActorRef, Envelope
+from ._supervision_types import RestartPolicy, SupervisionStrategy
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Runtime-wide settings every group hands down."""
+
+    store: Store | None
+    mailbox_size: int
+    lease_seconds: float
+    snapshot_every: int
+    owner: str
+
+
+class Slot:
+    """One child position: its spec, its mailbox (kept across restarts), its incarnation."""
+
+    def __init__(self, group: Group, factory: ActorFactory, path: str, restart: RestartPolicy,
+                 shutdown_timeout: float, journal: ActorJournal | None) -> None:
+        self.group = group
+        self.factory = factory
+        self.path = path
+        self.restart = restart
+        self.shutdown_timeout = shutdown_timeout
+        self.journal = journal
+        self.ref = ActorRef(self)
+        self._send: MemoryObjectSendStream[Envelope]
+        self._recv: MemoryObjectReceiveStream[Envelope]
+        self._send, self._recv = anyio.create_memory_object_stream[Envelope](group.settings.mailbox_size)
+        self.redeliver: deque[Envelope] = deque()
+        self.crashed: Envelope | None = None  # the message a non-durable handler crashed on
+        self.generation = 0         # which incarnation is current
+        self.cold = True            # next incarnation is the first in this process
+        self.quitting = False       # leave the loop after the current message
+        self.terminated = False     # never runs again
+        self.started = False
+        self.idle_scope: anyio.CancelScope | None = None
+        self.scope = anyio.CancelScope()
+        self.done = anyio.Event()
+
+    async def deliver(self, envelope: Envelope) -> None:
+        if self.terminated:
+            raise ActorStopped(self.path)
+        if self.journal is not None:
+            envelope.inbox_seq = await self.journal.record_inbox(envelope.message)
+        try:
+            await self._send.send(envelope)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise ActorStopped(self.path) from None
+
+    async def stop(self) -> None:
+        await self.group.stop_child(self)
+
+    # -- one incarnation ---------------------------------------------------------
+
+    async def run(self, task_status: anyio.abc.TaskStatus[None]) -> None:
+        instance = self.factory()
+        if not isinstance(instance, Actor):
+            raise ConfigurationError(f"The factory for {self.path!r} returned {instance!r}, not an Actor.")
+        settings = self.group.settings
+        async with anyio.create_task_group() as tg:
+            children = Group(tg, self.path, type(instance).supervision, type(instance).max_restarts,
+                             type(instance).within, settings)
+            tg.start_soon(children.watch)
+            instance.context = ActorContext(self.path, self.ref, children)
+            await self._load_state(instance)
+            if self.journal is not None:
+                tg.start_soon(self.journal.keep_lease, settings.lease_seconds)
+            await instance.started()
+            self.started = True
+            task_status.started()
+            try:
+                await self._loop(instance)
+                if self.quitting:
+                    await instance.stopping()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await children.stop_all()
+                children.close()
+                tg.cancel_scope.cancel()
+
+    async def _load_state(self, instance: Actor[Any]) -> None:
+        state_type = type(instance).state_type
+        if self.journal is None:
+            instance.state = state_type()
+            return
+        state, unhandled = await self.journal.load(state_type().model_dump(mode="json"))
+        instance.state = state_type.model_validate(state)
+        if self.cold:
+            # Accepted before the last process died, never handled: handle them first.
+            self.redeliver.extend(Envelope(message, inbox_seq=seq) for seq, message in unhandled)
+        self.cold = False
+
+    async def _loop(self, instance: Actor[Any]) -> None:
+        while not self.quitting:
+            envelope = self.redeliver.popleft() if self.redeliver else None
+            if envelope is None:
+                with anyio.CancelScope() as self.idle_scope:
+                    try:
+                        envelope = await self._recv.receive()
+                    except anyio.EndOfStream:
+                        return
+                self.idle_scope = None
+                if envelope is None:
+                    continue  # woken to quit
+            await self._handle(instance, envelope)
+
+    async def _handle(self, instance: Actor[Any], envelope: Envelope) -> None:
+        before = instance.state.model_dump(mode="json") if self.journal else None
+        try:
+            reply = await instance.receive(envelope.message)
+            if self.journal is not None:
+                after = instance.state.model_dump(mode="json")
+                await self.journal.record_handled(envelope.inbox_seq, _delta.diff(before or {}, after), after)
+        except Exception as exc:
+            if self.journal is not None and not isinstance(exc, StaleLease):
+                # The state rolls back to the journal; the message is handled again.
+                self.redeliver.appendleft(envelope)
+            else:
+                # Answered by the supervisor once it has decided what happens next.
+                self.crashed = envelope
+            raise
+        except anyio.get_cancelled_exc_class():
+            if self.journal is not None:
+                self.redeliver.appendleft(envelope)
+            elif envelope.reply is not None:
+                envelope.reply.fail(ActorStopped(self.path))
+            raise
+        if envelope.reply is not None:
+            envelope.reply.resolve(reply)
+
+    def answer_crash(self, error: BaseException | None) -> None:
+        """Fail the ``ask`` whose message crashed the handler, if any."""
+        envelope, self.crashed = self.crashed, None
+        if envelope is not None and envelope.reply is not None:
+            crashed = ActorCrashed(self.path, error or RuntimeError("stopped"))
+            crashed.__cause__ = error
+            envelope.reply.fail(crashed)
+
+    def close(self, error: BaseException | None) -> None:
+        """Refuse new messages and fail every waiting ``ask``."""
+        self.terminated = True
+        self.answer_crash(error)
+        self._send.close()
+        leftovers = list(self.redeliver)
+        self.redeliver.clear()
+        while True:
+            try:
+                leftovers.append(self._recv.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                break
+        self._recv.close()
+        for envelope in leftovers:
+            if envelope.reply is not None:
+                envelope.reply.fail(ActorCrashed(self.path, error) if error else ActorStopped(self.path))
+
+
+class Group:
+    """The children of one actor (or of the runtime), under one strategy."""
+
+    def __init__(self, tg: anyio.abc.TaskGroup, owner_path: str, strategy: SupervisionStrategy,
+                 max_restarts: int, within: float, settings: Settings) -> None:
+        self._tg = tg
+        self.owner_path = owner_path
+        self.strategy = strategy
+        self.max_restarts = max_restarts
+        self.within = within
+        self.settings = settings
+        self.children: list[Slot] = []
+        self._restarts: deque[float] = deque()
+        self._exits_send, self._exits_recv = anyio.create_memory_object_stream[
+            tuple[Slot, int, BaseException | None]
+        ](math.inf)
+
+    async def start_child(
+        self,
+        factory: ActorFactory,
+        name: str,
+        *,
+        restart: RestartPolicy = "permanent",
+        shutdown_timeout: float = 5.0,
+        durable: bool = False,
+        execution_id: str | None = None,
+    ) -> ActorRef:
+        kind = getattr(factory, "kind", "actor")
+        own = segment(kind, name)
+        path = f"{self.owner_path}/{own}" if self.owner_path else own
+        if any(child.path == path for child in self.children):
+            raise ConfigurationError(f"An actor already runs at {path!r}; stop it or pick another name.")
+        journal = None
+        if durable:
+            store = self.settings.store
+            if store is None:
+                raise ConfigurationError(
+                    f"Cannot spawn durable actor {path!r}: the runtime has no store. "
+                    f"Use Runtime(store) with a SQLiteStore or PostgresStore."
+                )
+            codec = MessageCodec(path, getattr(factory, "messages", ()))
+            journal = await ActorJournal.open(
+                store, execution_id or path, path, getattr(factory, "__qualname__", kind), codec,
+                owner=self.settings.owner, lease_seconds=self.settings.lease_seconds,
+                snapshot_every=self.settings.snapshot_every,
+            )
+        slot = Slot(self, factory, path, restart, shutdown_timeout, journal)
+        self.children.append(slot)
+        try:
+            await self._launch(slot)
+        except BaseException:
+            self.children.remove(slot)
+            slot.close(None)
+            with anyio.CancelScope(shield=True):
+                if journal is not None:
+                    await journal.release()
+            raise
+        return slot.ref
+
+    async def _launch(self, slot: Slot) -> None:
+        slot.generation += 1
+        slot.quitting = False
+        slot.started = False
+        slot.scope = anyio.CancelScope()
+        slot.done = anyio.Event()
+        await self._tg.start(self._run_slot, slot)
+
+    async def _run_slot(self, slot: Slot, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        generation = slot.generation
+        error: BaseException | None = None
+        try:
+            with slot.scope:
+                await slot.run(task_status)
+        except Exception as exc:
+            if not slot.started:
+                raise  # spawning fails with the error
+            error = _unwrap(exc)
+        finally:
+            slot.done.set()
+        # A halted incarnation's exit is expected: the watcher must not act on it.
+        if not slot.quitting:
+            self._exits_send.send_nowait((slot, generation, error))
+
+    async def watch(self) -> None:
+        """Apply the strategy to each child that exits on its own."""
+        with self._exits_recv:
+            await self._watch()
+
+    async def _watch(self) -> None:
+        async for slot, generation, error in self._exits_recv:
+            if generation != slot.generation or slot not in self.children:
+                continue  # an incarnation the strategy has already replaced or removed
+            if isinstance(error, StaleLease) or slot.restart == "temporary" or (
+                slot.restart == "transient" and error is None
+            ):
+                await self._remove(slot, error)
+                continue
+            now = time.monotonic()
+            self._restarts.append(now)
+            while self._restarts and now - self._restarts[0] > self.within:
+                self._restarts.popleft()
+            if len(self._restarts) > self.max_restarts:
+                slot.answer_crash(error)
+                await self.stop_all()
+                raise SupervisionEscalated(self.owner_path or "<runtime>", self.max_restarts,
+                                           self.within) from error
+            index = self.children.index(slot)
+            if self.strategy is SupervisionStrategy.ONE_FOR_ONE:
+                affected = [slot]
+            elif self.strategy is SupervisionStrategy.ONE_FOR_ALL:
+                affected = list(self.children)
+            else:
+                affected = self.children[index:]
+            for other in reversed(affected):
+                if other is not slot:
+                    await self._halt(other)
+            slot.answer_crash(error)
+            for child in affected:
+                await self._launch(child)
+
+    async def _halt(self, slot: Slot) -> None:
+        """End the current incarnation: after its message, or forcibly past its timeout."""
+        slot.quitting = True
+        if slot.idle_scope is not None:
+            slot.idle_scope.cancel()
+        with anyio.move_on_after(slot.shutdown_timeout, shield=True):
+            await slot.done.wait()
+        slot.scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await slot.done.wait()
+
+    async def stop_child(self, slot: Slot) -> None:
+        if slot not in self.children:
+            return
+        slot.terminated = True
+        await self._halt(slot)
+        await self._remove(slot, None)
+
+    async def _remove(self, slot: Slot, error: BaseException | None) -> None:
+        if slot in self.children:
+            self.children.remove(slot)
+        slot.close(error)
+        if slot.journal is not None and not isinstance(error, StaleLease):
+            with anyio.CancelScope(shield=True):
+                try:
+                    await slot.journal.release()
+                except StaleLease:
+                    pass  # another process took over: nothing of ours to release
+
+    async def stop_all(self) -> None:
+        """Stop every child, last started first."""
+        for slot in reversed(list(self.children)):
+            await self.stop_child(slot)
+
+    def close(self) -> None:
+        """End the watcher once the children are stopped (it closes its own end)."""
+        self._exits_send.close()
+
+
+def _unwrap(error: BaseException) -> BaseException:
+    """The error inside the single-exception groups that task groups wrap it in."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
