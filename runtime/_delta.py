@@ -15,8 +15,10 @@ snapshot never copies an append-only list (that would be quadratic again).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 JsonObject = dict[str, Any]
 

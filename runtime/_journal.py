@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic import BaseModel, ValidationError
@@ -20,6 +19,9 @@ from tether.stores import (
 )
 
 from . import _delta
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 PROCESS_OWNER = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 """This process's identity as a lease owner."""

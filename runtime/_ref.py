@@ -78,18 +78,18 @@ class ActorRef:
         """
         await self._slot.deliver(Envelope(message))
 
-    async def ask(self, message: Any, *, timeout: float | None = None) -> Any:
+    async def ask(self, message: Any) -> Any:
         """Send a message and wait for the handler's return value.
+
+        To bound the wait, wrap it: ``with anyio.fail_after(5): await ref.ask(m)``.
 
         Raises:
             ActorCrashed: The handler raised; ``__cause__`` is its error.
             ActorStopped: The actor was stopped before it answered.
-            TimeoutError: No answer within ``timeout`` seconds.
         """
         reply = Reply()
         await self._slot.deliver(Envelope(message, reply))
-        with anyio.fail_after(timeout):
-            return await reply.wait()
+        return await reply.wait()
 
     async def stop(self) -> None:
         """Stop the actor after its current message, and its children first.

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import uuid
 from contextlib import AsyncExitStack
-from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 import anyio
 from tether.stores import Store, UsageError
 
-from ._actor import ActorFactory
 from ._journal import PROCESS_OWNER
-from ._ref import ActorRef
 from ._supervision import Group, Settings
 from ._supervision_types import RestartPolicy, SupervisionStrategy
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from ._actor import ActorFactory
+    from ._ref import ActorRef
 
 
 class Runtime:
@@ -86,7 +89,8 @@ class Runtime:
         tb: TracebackType | None,
     ) -> bool | None:
         stack, root = self._stack, self._root
-        assert stack is not None and root is not None
+        assert stack is not None
+        assert root is not None
         self._root = None
         try:
             with anyio.CancelScope(shield=True):

@@ -14,11 +14,10 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from tether.stores import ConfigurationError, StaleLease, Store
 
 from . import _delta
@@ -27,6 +26,9 @@ from ._errors import ActorCrashed, ActorStopped, SupervisionEscalated
 from ._journal import ActorJournal, MessageCodec
 from ._ref import ActorRef, Envelope
 from ._supervision_types import RestartPolicy, SupervisionStrategy
+
+if TYPE_CHECKING:
+    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 
 @dataclass(frozen=True)

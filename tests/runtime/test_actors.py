@@ -199,12 +199,15 @@ async def test_restart_intensity_escalates_to_the_parent() -> None:
 
 
 async def test_escalation_at_the_top_ends_the_runtime() -> None:
-    with pytest.raises(ExceptionGroup) as info:
+    async def crash_once_and_wait() -> None:
         async with Runtime(max_restarts=0) as rt:
             ref = await rt.spawn(Counter, "c")
             with pytest.raises(ActorCrashed):
                 await ref.ask(Boom())
-            await anyio.sleep_forever()
+            await anyio.sleep_forever()  # the escalation cancels this
+
+    with pytest.raises(ExceptionGroup) as info:
+        await crash_once_and_wait()
     assert info.group_contains(SupervisionEscalated)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -36,7 +37,7 @@ def histories(draw: st.DrawFn) -> list[dict[str, Any]]:
 def test_deltas_and_snapshots_rebuild_the_state(states: list[dict[str, Any]], data: st.DataObject) -> None:
     journal: list[tuple[str, dict[str, Any]]] = [("delta", {"set": dict(states[0])})]
     replayed = dict(states[0])
-    for before, after in zip(states, states[1:], strict=False):
+    for before, after in itertools.pairwise(states):
         delta = diff(before, after)
         apply(replayed, delta)
         assert replayed == after
