@@ -287,7 +287,7 @@ class Group:
             while self._restarts and now - self._restarts[0] > self.within:
                 self._restarts.popleft()
             if len(self._restarts) > self.max_restarts:
-                slot.answer_crash(error)
+                await self._remove(slot, error)  # its waiting asks learn it crashed
                 await self.stop_all()
                 raise SupervisionEscalated(self.owner_path or "<runtime>", self.max_restarts,
                                            self.within) from error
