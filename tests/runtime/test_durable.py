@@ -65,7 +65,7 @@ async def test_a_crash_rolls_back_and_the_message_is_handled_again(store: Store)
 async def test_state_and_unhandled_messages_survive_the_runtime(store: Store) -> None:
     RELEASE["event"] = anyio.Event()
     async with Runtime(store) as rt:
-        account = await rt.spawn(AccountActor, "2", durable=True)
+        account = await rt.spawn(AccountActor, "2", durable=True, shutdown_timeout=0.05)
         await account.ask(Deposit(amount=1))
         await account.send(Hold())               # the handler blocks on this one
         await account.send(Deposit(amount=2))    # queued behind it
@@ -92,7 +92,7 @@ async def test_one_process_runs_a_durable_actor_at_a_time(store: Store) -> None:
 async def test_bytes_per_boundary_do_not_grow_with_history(store: Store) -> None:
     async with Runtime(store, snapshot_every=10) as rt:
         account = await rt.spawn(AccountActor, "4", durable=True)
-        for amount in range(1, 101):
+        for _ in range(100):
             await account.ask(Deposit(amount=7))
     entries = await store.read_journal("account:4")
     handled = [e for e in entries if e.label.startswith("msg:")]
