@@ -111,9 +111,16 @@ class HostLoop(DriverLoop):
         except asyncio.CancelledError:
             if not op.committing:
                 task.cancel()
-            with anyio.CancelScope(shield=True):
-                await asyncio.wait((task,))
-            if task.cancelled():
+            # An anyio shield does not stop asyncio's own Task.cancel(): absorb any
+            # further requests until the operation has ended, so it is never abandoned.
+            repeated = False
+            while not task.done():
+                try:
+                    with anyio.CancelScope(shield=True):
+                        await asyncio.wait((task,))
+                except asyncio.CancelledError:
+                    repeated = True
+            if task.cancelled() or repeated:
                 raise
         return _outcome(task)
 

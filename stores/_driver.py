@@ -26,6 +26,8 @@ class DriverStore(Store):
         self._driver_loop: DriverLoop | None = None
         self._open_lock: anyio.Lock | None = None
         self._closed = False
+        self._in_flight = 0
+        self._drained: anyio.Event | None = None
 
     @abstractmethod
     async def _open(self) -> None:
@@ -50,6 +52,8 @@ class DriverStore(Store):
         if self._open_lock is None:
             self._open_lock = anyio.Lock()
         async with self._open_lock:
+            if self._closed:  # closed while this call waited for the lock
+                raise UsageError(f"{self!r} is closed. Create a new store to use the database again.")
             if self._driver_loop is None:
                 loop = open_driver_loop()
                 try:
@@ -64,10 +68,26 @@ class DriverStore(Store):
     async def _run(self, fn: OpFn[T]) -> T:
         """Run one operation (one transaction) on the driver loop."""
         loop = self._driver_loop or await self._loop()
-        return await loop.run(fn)
+        self._in_flight += 1
+        try:
+            return await loop.run(fn)
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0 and self._drained is not None:
+                self._drained.set()
 
     async def aclose(self) -> None:
         self._closed = True
+        with anyio.CancelScope(shield=True):
+            if self._open_lock is not None:
+                async with self._open_lock:  # let an open in progress finish first
+                    pass
+            if self._in_flight:
+                # Operations already running finish (and learn their outcome) before
+                # the connections and the loop under them go away.
+                self._drained = anyio.Event()
+                with anyio.move_on_after(30):
+                    await self._drained.wait()
         loop, self._driver_loop = self._driver_loop, None
         if loop is None:
             return

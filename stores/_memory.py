@@ -35,7 +35,7 @@ from ._models import (
     PendingInterrupt,
     StartResult,
 )
-from ._protocol import Store
+from ._protocol import Store, check_limit
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -143,6 +143,7 @@ class MemoryStore(Store):
         limit: int = 100,
         after: Execution | None = None,
     ) -> list[Execution]:
+        check_limit(limit)
         await self._enter()
         rows = sorted((r.execution for r in self._runs.values()),
                       key=lambda e: (e.created_at, e.execution_id))
@@ -214,6 +215,7 @@ class MemoryStore(Store):
     async def read_journal(
         self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
     ) -> list[JournalEntry]:
+        check_limit(limit)
         await self._enter()
         run = self._runs.get(execution_id)
         if run is None:
@@ -304,6 +306,7 @@ class MemoryStore(Store):
         limit: int = 100,
         after: PendingInterrupt | None = None,
     ) -> list[PendingInterrupt]:
+        check_limit(limit)
         await self._enter()
         rows = self._pending_rows(execution_id, path_prefix)
         if after is not None:

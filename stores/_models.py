@@ -7,9 +7,24 @@ value that is not JSON is refused before anything is written.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
+
+
+def _plain_text(value: str) -> str:
+    """Refuse what no database stores alike: NUL characters and lone surrogates."""
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters ('\\x00')")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"must be valid Unicode text ({exc.reason} at position {exc.start})") from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_plain_text)]
+"""A string that every store keeps exactly: ids, paths, labels, reasons."""
 
 ExecutionStatus = Literal["running", "paused", "completed", "failed", "cancelled"]
 """Where an execution stands. The last three are final."""
@@ -33,10 +48,10 @@ class _Row(BaseModel):
 class NewExecution(_Row):
     """What a caller provides to start an execution."""
 
-    execution_id: str = Field(min_length=1, max_length=512)
-    runner: str = Field(min_length=1, description="Name of the runner (root actor) that runs it.")
-    root_path: str = Field(min_length=1, description="Path of the root actor, e.g. 'chain:refund'.")
-    fingerprint: str = Field(default="", description="Hash of the runner's definition.")
+    execution_id: Text = Field(min_length=1, max_length=512)
+    runner: Text = Field(min_length=1, description="Name of the runner (root actor) that runs it.")
+    root_path: Text = Field(min_length=1, description="Path of the root actor, e.g. 'chain:refund'.")
+    fingerprint: Text = Field(default="", description="Hash of the runner's definition.")
     input: JsonValue = None
 
 
@@ -88,8 +103,8 @@ class StartResult(_Row):
 class NewEntry(_Row):
     """A journal entry to append; the store assigns its sequence number."""
 
-    path: str
-    label: str
+    path: Text
+    label: Text
     kind: EntryKind = "entry"
     payload: JsonValue = None
 
@@ -109,8 +124,8 @@ class JournalEntry(_Row):
 class NewInterrupt(_Row):
     """A pending interrupt to record when an actor suspends."""
 
-    path: str = Field(min_length=1)
-    reason: str
+    path: Text = Field(min_length=1)
+    reason: Text
     context: JsonValue = None
 
 

@@ -37,7 +37,7 @@ class ConnectionPool:
             try:
                 self._idle.append(await self._connect())
             except BaseException:
-                self._size -= 1
+                self._pass_on(None)  # the slot goes to a waiter, or is given up
                 raise
 
     @asynccontextmanager
@@ -50,8 +50,13 @@ class ConnectionPool:
             self._release(conn)
 
     async def _acquire(self) -> Connection:
-        if self._idle:
-            return self._idle.pop()
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.is_closed():
+                return conn
+            self._size -= 1  # the server closed it while idle
+        if self._closed:
+            raise ConnectionError("the connection pool is closed")
         if self._size < self._max_size:
             await self.fill(self._size + 1)
             return self._idle.pop()

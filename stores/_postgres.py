@@ -43,7 +43,7 @@ from ._models import (
     StartResult,
 )
 from ._pgpool import ConnectionPool
-from ._protocol import SCHEMA_VERSION
+from ._protocol import SCHEMA_VERSION, check_limit
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -160,8 +160,8 @@ class PostgresStore(DriverStore):
             yield
         except StoreError:
             raise
-        except (OSError, TimeoutError, asyncpg.PostgresConnectionError,
-                asyncpg.InterfaceError, asyncpg.CannotConnectNowError) as exc:
+        except (OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
+                asyncpg.InternalClientError, asyncpg.CannotConnectNowError) as exc:
             raise StoreUnavailable(
                 f"Postgres at {redact(self.dsn)} is unavailable ({type(exc).__name__}: {exc}). "
                 f"Check that the server is running and the DSN is right."
@@ -264,6 +264,7 @@ class PostgresStore(DriverStore):
         limit: int = 100,
         after: Execution | None = None,
     ) -> list[Execution]:
+        check_limit(limit)
         rows = await self._fetch(
             f"SELECT {_EXEC_COLS} FROM tether_executions "
             "WHERE ($1::text IS NULL OR status = $1) "
@@ -277,27 +278,33 @@ class PostgresStore(DriverStore):
     # -- leases ----------------------------------------------------------------
 
     async def acquire_lease(self, execution_id: str, *, owner: str, lease_seconds: float) -> Lease:
-        rows = await self._fetch(
-            "UPDATE tether_executions SET lease_owner = $2, "
-            "lease_expires_at = now() + make_interval(secs => $3), "
-            "lease_epoch = lease_epoch + 1, status = 'running', updated_at = now() "
-            f"WHERE id = $1 AND status NOT IN {_FINAL_SQL} "
-            "AND (lease_owner IS NULL OR lease_expires_at <= now() OR lease_owner = $2) "
-            "RETURNING lease_epoch, lease_expires_at",
-            execution_id, owner, float(lease_seconds), write=True,
-        )
-        if rows:
-            return Lease(execution_id=execution_id, owner=owner, epoch=rows[0]["lease_epoch"],
-                         expires_at=rows[0]["lease_expires_at"])
-        found = await self._fetch(
-            "SELECT status, lease_owner, lease_expires_at FROM tether_executions WHERE id = $1",
-            execution_id,
-        )
-        if not found:
-            raise ExecutionNotFound(execution_id)
-        if found[0]["status"] in FINAL_STATUSES:
-            raise ExecutionFinished(execution_id, found[0]["status"])
-        raise LeaseHeld(execution_id, found[0]["lease_owner"], found[0]["lease_expires_at"])
+        # The holder may release between the refused UPDATE and the look that explains
+        # it; then the lease is free and the UPDATE is simply tried again.
+        while True:
+            rows = await self._fetch(
+                "UPDATE tether_executions SET lease_owner = $2, "
+                "lease_expires_at = now() + make_interval(secs => $3), "
+                "lease_epoch = lease_epoch + 1, status = 'running', updated_at = now() "
+                f"WHERE id = $1 AND status NOT IN {_FINAL_SQL} "
+                "AND (lease_owner IS NULL OR lease_expires_at <= now() OR lease_owner = $2) "
+                "RETURNING lease_epoch, lease_expires_at",
+                execution_id, owner, float(lease_seconds), write=True,
+            )
+            if rows:
+                return Lease(execution_id=execution_id, owner=owner, epoch=rows[0]["lease_epoch"],
+                             expires_at=rows[0]["lease_expires_at"])
+            found = await self._fetch(
+                "SELECT status, lease_owner, lease_expires_at, "
+                "lease_owner IS NOT NULL AND lease_expires_at > now() AS held "
+                "FROM tether_executions WHERE id = $1",
+                execution_id,
+            )
+            if not found:
+                raise ExecutionNotFound(execution_id)
+            if found[0]["status"] in FINAL_STATUSES:
+                raise ExecutionFinished(execution_id, found[0]["status"])
+            if found[0]["held"]:
+                raise LeaseHeld(execution_id, found[0]["lease_owner"], found[0]["lease_expires_at"])
 
     async def renew_lease(self, lease: Lease, *, lease_seconds: float) -> Lease:
         rows = await self._fetch(
@@ -306,7 +313,7 @@ class PostgresStore(DriverStore):
             lease.execution_id, lease.epoch, lease.owner, float(lease_seconds), write=True,
         )
         if not rows:
-            raise StaleLease(lease.execution_id, lease.epoch)
+            raise await self._explain_fence(lease)
         return lease.model_copy(update={"expires_at": rows[0]["lease_expires_at"]})
 
     async def release_lease(
@@ -363,6 +370,7 @@ class PostgresStore(DriverStore):
     async def read_journal(
         self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
     ) -> list[JournalEntry]:
+        check_limit(limit)
         rows = await self._fetch(
             "SELECT seq, path, label, kind, payload, created_at FROM tether_journal "
             "WHERE execution_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
@@ -474,6 +482,7 @@ class PostgresStore(DriverStore):
         limit: int = 100,
         after: PendingInterrupt | None = None,
     ) -> list[PendingInterrupt]:
+        check_limit(limit)
         rows = await self._fetch(
             f"SELECT {_PENDING_COLS} FROM tether_pending "
             "WHERE ($1::text IS NULL OR execution_id = $1) "
@@ -510,18 +519,16 @@ class PostgresStore(DriverStore):
 
     async def put_idempotent(self, lease: Lease, key: str, value: JsonValue) -> IdempotencyRecord:
         value_json = _json.dumps(value, what=f"the result recorded for {key!r}")
+        # DO UPDATE (a no-op) rather than DO NOTHING: it waits for a concurrent insert
+        # of the same key and returns the committed row, which DO NOTHING cannot see.
         out = await self._fetch(
             f"""WITH fence AS (
                 SELECT 1 FROM tether_executions WHERE {_FENCE} FOR SHARE
-            ), inserted AS (
-                INSERT INTO tether_idempotency (execution_id, key, value, created_at)
-                SELECT $1, $4, $5::json, now() FROM fence
-                ON CONFLICT DO NOTHING RETURNING value, created_at
             )
-            SELECT value, created_at FROM inserted
-            UNION ALL
-            SELECT value, created_at FROM tether_idempotency
-            WHERE execution_id = $1 AND key = $4 AND EXISTS (SELECT 1 FROM fence)""",
+            INSERT INTO tether_idempotency (execution_id, key, value, created_at)
+            SELECT $1, $4, $5::json, now() FROM fence
+            ON CONFLICT (execution_id, key) DO UPDATE SET value = tether_idempotency.value
+            RETURNING value, created_at""",
             lease.execution_id, lease.epoch, lease.owner, key, value_json, write=True,
         )
         if not out:

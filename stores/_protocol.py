@@ -30,6 +30,8 @@ if TYPE_CHECKING:
         StartResult,
     )
 
+from ._errors import ConfigurationError
+
 SCHEMA_VERSION = 1
 """The schema version this release writes; `setup()` migrates older databases to it."""
 
@@ -252,3 +254,9 @@ class Store(ABC):
 
         Never touches a running or paused execution. Returns how many were deleted.
         """
+
+
+def check_limit(limit: int | None) -> None:
+    """Refuse a page size that the stores would read differently."""
+    if limit is not None and limit < 0:
+        raise ConfigurationError(f"limit={limit} is negative; pass a count of rows, or None for all.")

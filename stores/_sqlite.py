@@ -47,7 +47,7 @@ from ._models import (
     PendingInterrupt,
     StartResult,
 )
-from ._protocol import SCHEMA_VERSION
+from ._protocol import SCHEMA_VERSION, check_limit
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -361,6 +361,7 @@ class SQLiteStore(DriverStore):
         limit: int = 100,
         after: Execution | None = None,
     ) -> list[Execution]:
+        check_limit(limit)
         where: list[str] = []
         params: list[Any] = []
         if status is not None:
@@ -411,7 +412,7 @@ class SQLiteStore(DriverStore):
                 (now + _span(lease_seconds), lease.execution_id, lease.epoch, lease.owner),
             ).fetchone()
             if row is None:
-                raise StaleLease(lease.execution_id, lease.epoch)
+                self._fence(db, lease, now, 0)  # raises ExecutionNotFound or StaleLease
             return lease.model_copy(update={"expires_at": _ts(row[0])})
 
         return await self._write(fn)
@@ -459,6 +460,7 @@ class SQLiteStore(DriverStore):
     async def read_journal(
         self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
     ) -> list[JournalEntry]:
+        check_limit(limit)
         def fn(db: sqlite3.Connection) -> list[JournalEntry]:
             cursor = db.execute(
                 "SELECT seq, path, label, kind, payload, created_at FROM tether_journal "
@@ -546,6 +548,7 @@ class SQLiteStore(DriverStore):
         limit: int = 100,
         after: PendingInterrupt | None = None,
     ) -> list[PendingInterrupt]:
+        check_limit(limit)
         where, params = _pending_filter(execution_id, path_prefix)
         if after is not None:
             where.append("(created_at, execution_id, path) > (?, ?, ?)")

@@ -9,6 +9,7 @@ import anyio
 import pytest
 from tether.stores import (
     AlreadyResumed,
+    ConfigurationError,
     DuplicateInterrupt,
     ExecutionFinished,
     ExecutionNotFound,
@@ -427,3 +428,71 @@ async def test_setup_twice_is_harmless(store: Store) -> None:
     await store.setup()
     await store.setup()
     assert await store.append(lease, [entry("x")]) == [1]
+
+
+# -- found in review: races and edge cases every store must agree on -------------
+
+
+async def test_concurrent_idempotent_puts_agree_on_the_first_value(store: Store) -> None:
+    lease = await started(store)
+    results: dict[str, list[object]] = {}
+
+    async def put(key: str, value: int) -> None:
+        record = await store.put_idempotent(lease, key, value)
+        results.setdefault(key, []).append(record.value)
+
+    async with anyio.create_task_group() as tg:
+        for key in range(30):
+            for value in range(4):
+                tg.start_soon(put, f"k{key}", value)
+    for key, values in results.items():
+        stored = await store.get_idempotent(lease.execution_id, key)
+        assert stored is not None
+        assert values == [stored.value] * 4
+
+
+async def test_acquiring_while_the_holder_releases_never_breaks(store: Store) -> None:
+    for _ in range(25):
+        lease = await started(store)
+        outcome: list[object] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(take_lease, store, lease.execution_id, outcome)
+            tg.start_soon(release_paused, store, lease)
+        assert len(outcome) == 1
+        assert outcome[0] == "held" or isinstance(outcome[0], Lease)
+
+
+async def take_lease(store: Store, execution_id: str, outcome: list[object]) -> None:
+    try:
+        outcome.append(await store.acquire_lease(execution_id, owner="proc-b", lease_seconds=60))
+    except LeaseHeld:
+        outcome.append("held")
+
+
+async def release_paused(store: Store, lease: Lease) -> None:
+    await store.release_lease(lease, status="paused")
+
+
+async def test_renewing_a_missing_execution_says_so(store: Store) -> None:
+    ghost = Lease(execution_id="missing", owner=OWNER, epoch=1, expires_at=datetime.now(UTC))
+    with pytest.raises(ExecutionNotFound):
+        await store.renew_lease(ghost, lease_seconds=1)
+
+
+async def test_negative_limits_are_refused(store: Store) -> None:
+    with pytest.raises(ConfigurationError):
+        await store.read_journal("x", limit=-1)
+    with pytest.raises(ConfigurationError):
+        await store.list_pending(limit=-1)
+    with pytest.raises(ConfigurationError):
+        await store.list_executions(limit=-1)
+
+
+def test_text_no_store_can_keep_is_refused_by_the_models() -> None:
+    for bad in ("nul\x00byte", "lone \ud800 surrogate"):
+        with pytest.raises(ValueError, match=r"(?i)nul|unicode"):
+            NewEntry(path=bad, label="x")
+        with pytest.raises(ValueError, match=r"(?i)nul|unicode"):
+            NewInterrupt(path="p", reason=bad)
+        with pytest.raises(ValueError, match=r"(?i)nul|unicode"):
+            NewExecution(execution_id=bad, runner="r", root_path="p")
