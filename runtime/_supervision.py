@@ -91,15 +91,15 @@ class Slot:
         async with anyio.create_task_group() as tg:
             children = Group(tg, self.path, type(instance).supervision, type(instance).max_restarts,
                              type(instance).within, settings)
-            tg.start_soon(children.watch)
-            instance.context = ActorContext(self.path, self.ref, children)
-            await self._load_state(instance)
-            if self.journal is not None:
-                tg.start_soon(self.journal.keep_lease, settings.lease_seconds)
-            await instance.started()
-            self.started = True
-            task_status.started()
             try:
+                tg.start_soon(children.watch)
+                instance.context = ActorContext(self.path, self.ref, children)
+                await self._load_state(instance)
+                if self.journal is not None:
+                    tg.start_soon(self.journal.keep_lease, settings.lease_seconds)
+                await instance.started()
+                self.started = True
+                task_status.started()
                 await self._loop(instance)
                 if self.quitting:
                     await instance.stopping()
@@ -259,9 +259,13 @@ class Group:
             with slot.scope:
                 await slot.run(task_status)
         except Exception as exc:
-            if not slot.started:
-                raise  # spawning fails with the error
             error = _unwrap(exc)
+            if not slot.started:
+                # Spawning fails with the error itself, not the group a task group wraps it in.
+                if error is exc:
+                    raise
+                raise error from None
+
         finally:
             slot.done.set()
         # A halted incarnation's exit is expected: the watcher must not act on it.

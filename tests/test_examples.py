@@ -10,6 +10,8 @@ import anyio
 import pytest
 from tether.stores import NewEntry, NewExecution, NewInterrupt, SQLiteStore
 
+from tests._postgres import admin_sql, with_database
+
 EXAMPLES = Path(__file__).parent.parent / "examples"
 PATH = "supervisor:planner/worker:auditor/tool:approve_refund"
 
@@ -51,3 +53,25 @@ def test_approvals_inbox(tmp_path: Path, backend: str) -> None:
     assert late.returncode == 2
     assert "already resumed" in late.stdout
     assert "Nothing is waiting" in inbox(db, backend).stdout
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_ledger_actor_survives_sigkill(kind: str, backend: str, tmp_path: Path,
+                                       request: pytest.FixtureRequest) -> None:
+    if kind == "sqlite":
+        url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    else:
+        # The example keeps its tables in the default schema: give it a database of its own.
+        dsn = request.getfixturevalue("postgres_dsn")
+        name = f"ledger_{request.getfixturevalue('pg_schema')}"
+        admin_sql(dsn, f'CREATE DATABASE "{name}"')
+        url = with_database(dsn, name)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "ledger_actor.py"), "demo", "--store", url, "--backend", backend],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "every acknowledged deposit survived, none twice" in done.stdout
+    if kind == "postgres":
+        admin_sql(dsn, f'DROP DATABASE "{name}" WITH (FORCE)')

@@ -16,7 +16,6 @@ from typing import Any
 
 import anyio
 from pydantic import BaseModel
-
 from tether.runtime import Actor, ActorRef, Runtime
 from tether.stores import LeaseHeld, PostgresStore, Store, open_store
 

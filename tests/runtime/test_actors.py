@@ -254,3 +254,15 @@ async def test_a_slow_handler_is_cut_off_at_its_shutdown_timeout() -> None:
                 tg.start_soon(asker)
                 await entered.wait()
                 await ref.stop()
+
+
+async def test_a_failing_start_fails_the_spawn_with_its_own_error() -> None:
+    class Refuses(Counter):
+        async def started(self) -> None:
+            raise LookupError("no such account")
+
+    async with Runtime() as rt:
+        with pytest.raises(LookupError, match="no such account"):
+            await rt.spawn(Refuses, "r")
+        # The name is free again.
+        await rt.spawn(Counter, "r")
