@@ -75,7 +75,6 @@ class Runtime:
             tg = await stack.enter_async_context(anyio.create_task_group())
             root = Group(tg, "", SupervisionStrategy.ONE_FOR_ONE, self._max_restarts, self._within,
                          self._settings)
-            tg.start_soon(root.watch)
         except BaseException:
             await stack.aclose()
             raise

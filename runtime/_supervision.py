@@ -92,7 +92,6 @@ class Slot:
             children = Group(tg, self.path, type(instance).supervision, type(instance).max_restarts,
                              type(instance).within, settings)
             try:
-                tg.start_soon(children.watch)
                 instance.context = ActorContext(self.path, self.ref, children)
                 await self._load_state(instance)
                 if self.journal is not None:
@@ -196,11 +195,13 @@ class Group:
         self.max_restarts = max_restarts
         self.within = within
         self.settings = settings
-        self.children: list[Slot] = []
+        # Start order is the dict's order; lookups by path stay O(1) with many children.
+        self.children: dict[str, Slot] = {}
         self._restarts: deque[float] = deque()
         self._exits_send, self._exits_recv = anyio.create_memory_object_stream[
             tuple[Slot, int, BaseException | None]
         ](math.inf)
+        self._watching = False  # the watcher starts with the first child: most actors have none
 
     async def start_child(
         self,
@@ -215,7 +216,7 @@ class Group:
         kind = getattr(factory, "kind", "actor")
         own = segment(kind, name)
         path = f"{self.owner_path}/{own}" if self.owner_path else own
-        if any(child.path == path for child in self.children):
+        if path in self.children:
             raise ConfigurationError(f"An actor already runs at {path!r}; stop it or pick another name.")
         journal = None
         if durable:
@@ -232,11 +233,14 @@ class Group:
                 snapshot_every=self.settings.snapshot_every,
             )
         slot = Slot(self, factory, path, restart, shutdown_timeout, journal)
-        self.children.append(slot)
+        if not self._watching:
+            self._watching = True
+            self._tg.start_soon(self.watch)
+        self.children[path] = slot
         try:
             await self._launch(slot)
         except BaseException:
-            self.children.remove(slot)
+            del self.children[path]
             slot.close(None)
             with anyio.CancelScope(shield=True):
                 if journal is not None:
@@ -279,7 +283,7 @@ class Group:
 
     async def _watch(self) -> None:
         async for slot, generation, error in self._exits_recv:
-            if generation != slot.generation or slot not in self.children:
+            if generation != slot.generation or self.children.get(slot.path) is not slot:
                 continue  # an incarnation the strategy has already replaced or removed
             if isinstance(error, StaleLease) or slot.restart == "temporary" or (
                 slot.restart == "transient" and error is None
@@ -295,13 +299,13 @@ class Group:
                 await self.stop_all()
                 raise SupervisionEscalated(self.owner_path or "<runtime>", self.max_restarts,
                                            self.within) from error
-            index = self.children.index(slot)
+            siblings = list(self.children.values())
             if self.strategy is SupervisionStrategy.ONE_FOR_ONE:
                 affected = [slot]
             elif self.strategy is SupervisionStrategy.ONE_FOR_ALL:
-                affected = list(self.children)
+                affected = siblings
             else:
-                affected = self.children[index:]
+                affected = siblings[siblings.index(slot):]
             for other in reversed(affected):
                 if other is not slot:
                     await self._halt(other)
@@ -321,15 +325,15 @@ class Group:
             await slot.done.wait()
 
     async def stop_child(self, slot: Slot) -> None:
-        if slot not in self.children:
+        if self.children.get(slot.path) is not slot:
             return
         slot.terminated = True
         await self._halt(slot)
         await self._remove(slot, None)
 
     async def _remove(self, slot: Slot, error: BaseException | None) -> None:
-        if slot in self.children:
-            self.children.remove(slot)
+        if self.children.get(slot.path) is slot:
+            del self.children[slot.path]
         slot.close(error)
         if slot.journal is not None and not isinstance(error, StaleLease):
             with anyio.CancelScope(shield=True):
@@ -340,12 +344,14 @@ class Group:
 
     async def stop_all(self) -> None:
         """Stop every child, last started first."""
-        for slot in reversed(list(self.children)):
+        for slot in reversed(list(self.children.values())):
             await self.stop_child(slot)
 
     def close(self) -> None:
         """End the watcher once the children are stopped (it closes its own end)."""
         self._exits_send.close()
+        if not self._watching:
+            self._exits_recv.close()
 
 
 def _unwrap(error: BaseException) -> BaseException:
