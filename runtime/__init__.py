@@ -64,6 +64,8 @@ from ._errors import (
 from ._errors import (
     SupervisionEscalated as SupervisionEscalated,
 )
+from ._idempotent import idempotency_key as idempotency_key
+from ._idempotent import idempotent as idempotent
 from ._ref import ActorRef as ActorRef
 from ._runtime import Runtime as Runtime
 from ._supervision_types import RestartPolicy as RestartPolicy
@@ -96,4 +98,6 @@ __all__ = (
     "TetherError",
     "UsageError",
     "__version__",
+    "idempotency_key",
+    "idempotent",
 )

@@ -23,6 +23,7 @@ from tether.stores import ConfigurationError, StaleLease, Store
 from . import _delta
 from ._actor import Actor, ActorContext, ActorFactory, segment
 from ._errors import ActorCrashed, ActorStopped, SupervisionEscalated
+from ._idempotent import Step, current_step
 from ._journal import ActorJournal, MessageCodec
 from ._ref import ActorRef, Envelope
 from ._supervision_types import RestartPolicy, SupervisionStrategy
@@ -136,6 +137,11 @@ class Slot:
 
     async def _handle(self, instance: Actor[Any], envelope: Envelope) -> None:
         before = instance.state.model_dump(mode="json") if self.journal else None
+        step = None
+        if self.journal is not None:
+            # @idempotent calls record under the message's journal entry: handling it
+            # again (after a crash) finds the same records.
+            step = current_step.set(Step(self.journal, f"inbox:{envelope.inbox_seq}"))
         try:
             reply = await instance.receive(envelope.message)
             if self.journal is not None:
@@ -155,6 +161,9 @@ class Slot:
             elif envelope.reply is not None:
                 envelope.reply.fail(ActorStopped(self.path))
             raise
+        finally:
+            if step is not None:
+                current_step.reset(step)
         if envelope.reply is not None:
             envelope.reply.resolve(reply)
 

@@ -1,0 +1,171 @@
+"""`@idempotent`: a side effect that runs once, however often its message is handled.
+
+Inside a durable actor, the result of an ``@idempotent`` call is recorded in the
+store under a key made of the execution, the actor's path, the message being
+handled, the function, and the call's ordinal within that message. When the
+message is handled again (after a crash, a restart or a resume), each call finds
+its own record and returns it instead of running again; two legitimate
+identical calls in one message are two records.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, get_type_hints
+
+import anyio.from_thread
+from pydantic import TypeAdapter
+from pydantic_core import PydanticSerializationError
+from tether.stores import SerializationError, UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._journal import ActorJournal
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass
+class Step:
+    """The message an actor is handling, as far as idempotency records are concerned."""
+
+    journal: ActorJournal
+    step: str
+    _ordinals: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def key_for(self, name: str) -> str:
+        # Calls may come from worker threads at once: number them under a lock.
+        with self._lock:
+            ordinal = self._ordinals.get(name, 0) + 1
+            self._ordinals[name] = ordinal
+        return f"{self.journal.path}|{self.step}|{name}#{ordinal}"
+
+
+current_step: ContextVar[Step | None] = ContextVar("tether_step", default=None)
+_current_key: ContextVar[str | None] = ContextVar("tether_idempotency_key", default=None)
+
+
+def idempotency_key() -> str:
+    """The stable key of the ``@idempotent`` call running now.
+
+    Pass it to an external API that accepts one (a payment provider's
+    Idempotency-Key): if the process dies between the provider's side effect and
+    tether's record of it, the retry carries the same key and the provider
+    deduplicates it.
+
+    Raises:
+        UsageError: Not inside an ``@idempotent`` call of a durable actor.
+    """
+    key = _current_key.get()
+    if key is None:
+        raise UsageError(
+            "idempotency_key() is only defined inside an @idempotent function called while a "
+            "durable actor handles a message."
+        )
+    return key
+
+
+def idempotent(
+    fn: Callable[P, R] | None = None, *, key: Callable[..., str] | None = None
+) -> Any:
+    """Record a function's result so that it runs once per call site and message.
+
+    Works on sync and async functions. Call a sync one from a worker thread
+    (``anyio.to_thread.run_sync``); the context reaches the thread. The result
+    must be JSON-serializable by pydantic against the return annotation, and a
+    recorded result comes back validated as that type.
+
+    Outside a durable actor there is nowhere to record, and the function simply runs.
+
+    Args:
+        fn: The function (``@idempotent`` without parentheses).
+        key: Names the call from its arguments instead of the function's
+            qualified name; calls with the same name share ordinals.
+
+    Example:
+        ```python
+        @idempotent
+        async def charge(customer: str, cents: int) -> Receipt:
+            return await payments.charge(customer, cents, idempotency_key=idempotency_key())
+        ```
+    """
+
+    def decorate(func: Callable[P, R]) -> Callable[P, R]:
+        qualname = f"{func.__module__}.{func.__qualname__}"
+        try:
+            returns = get_type_hints(func).get("return", Any)
+        except NameError:
+            returns = Any
+        adapter: TypeAdapter[Any] = TypeAdapter(returns)
+
+        def name_of(*args: Any, **kwargs: Any) -> str:
+            return key(*args, **kwargs) if key is not None else qualname
+
+        def encode(result: Any, record_key: str) -> Any:
+            try:
+                return adapter.dump_python(result, mode="json")
+            except (PydanticSerializationError, ValueError, TypeError) as exc:
+                raise SerializationError(
+                    f"The result of @idempotent {qualname} cannot be recorded ({exc}). Return "
+                    f"JSON-compatible data or a pydantic model, and annotate the return type."
+                ) from exc
+
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                step = current_step.get()
+                if step is None:
+                    return await func(*args, **kwargs)
+                record_key = step.key_for(name_of(*args, **kwargs))
+                journal = step.journal
+                found = await journal.store.get_idempotent(journal.lease.execution_id, record_key)
+                if found is not None:
+                    return adapter.validate_python(found.value)
+                token = _current_key.set(record_key)
+                try:
+                    result = await func(*args, **kwargs)
+                finally:
+                    _current_key.reset(token)
+                await journal.store.put_idempotent(journal.lease, record_key, encode(result, record_key))
+                return result
+
+            return run_async  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def run_sync(*args: Any, **kwargs: Any) -> Any:
+            step = current_step.get()
+            if step is None:
+                return func(*args, **kwargs)
+            journal = step.journal
+            record_key = step.key_for(name_of(*args, **kwargs))
+            try:
+                found = anyio.from_thread.run(journal.store.get_idempotent, journal.lease.execution_id,
+                                              record_key)
+            except RuntimeError as exc:
+                raise UsageError(
+                    f"@idempotent {qualname} is synchronous and was called on the event loop's "
+                    f"thread, where it cannot wait for the store. Call it with "
+                    f"anyio.to_thread.run_sync({func.__name__}, ...), or make it async."
+                ) from exc
+            if found is not None:
+                return adapter.validate_python(found.value)
+            token = _current_key.set(record_key)
+            try:
+                result = func(*args, **kwargs)
+            finally:
+                _current_key.reset(token)
+            anyio.from_thread.run(journal.store.put_idempotent, journal.lease, record_key,
+                                  encode(result, record_key))
+            return result
+
+        return run_sync
+
+    return decorate(fn) if fn is not None else decorate
