@@ -11,65 +11,34 @@ async with Runtime(store) as rt:
 
 from tether.stores import (
     AlreadyResumed as AlreadyResumed,
-)
-from tether.stores import (
     ConfigurationError as ConfigurationError,
-)
-from tether.stores import (
     ExecutionFinished as ExecutionFinished,
-)
-from tether.stores import (
     ExecutionNotFound as ExecutionNotFound,
-)
-from tether.stores import (
     LeaseHeld as LeaseHeld,
-)
-from tether.stores import (
     NoPendingInterrupt as NoPendingInterrupt,
-)
-from tether.stores import (
+    PendingInterrupt as PendingInterrupt,
     SerializationError as SerializationError,
-)
-from tether.stores import (
     StaleLease as StaleLease,
-)
-from tether.stores import (
     StoreError as StoreError,
-)
-from tether.stores import (
     StoreUnavailable as StoreUnavailable,
-)
-from tether.stores import (
     TetherError as TetherError,
-)
-from tether.stores import (
     UsageError as UsageError,
 )
 
-from ._actor import Actor as Actor
-from ._actor import ActorContext as ActorContext
-from ._actor import NoState as NoState
+from ._actor import Actor as Actor, ActorContext as ActorContext, NoState as NoState
 from ._errors import (
     ActorCrashed as ActorCrashed,
-)
-from ._errors import (
     ActorError as ActorError,
-)
-from ._errors import (
     ActorNotFound as ActorNotFound,
-)
-from ._errors import (
     ActorStopped as ActorStopped,
-)
-from ._errors import (
     SupervisionEscalated as SupervisionEscalated,
 )
-from ._idempotent import idempotency_key as idempotency_key
-from ._idempotent import idempotent as idempotent
+from ._execution import RunResult as RunResult, Start as Start
+from ._idempotent import idempotency_key as idempotency_key, idempotent as idempotent
+from ._interrupt import Resume as Resume, call_scope as call_scope, interrupt as interrupt
 from ._ref import ActorRef as ActorRef
 from ._runtime import Runtime as Runtime
-from ._supervision_types import RestartPolicy as RestartPolicy
-from ._supervision_types import SupervisionStrategy as SupervisionStrategy
+from ._supervision_types import RestartPolicy as RestartPolicy, SupervisionStrategy as SupervisionStrategy
 from ._version import __version__ as __version__
 
 __all__ = (
@@ -87,10 +56,14 @@ __all__ = (
     "LeaseHeld",
     "NoPendingInterrupt",
     "NoState",
+    "PendingInterrupt",
     "RestartPolicy",
+    "Resume",
+    "RunResult",
     "Runtime",
     "SerializationError",
     "StaleLease",
+    "Start",
     "StoreError",
     "StoreUnavailable",
     "SupervisionEscalated",
@@ -98,6 +71,8 @@ __all__ = (
     "TetherError",
     "UsageError",
     "__version__",
+    "call_scope",
     "idempotency_key",
     "idempotent",
+    "interrupt",
 )

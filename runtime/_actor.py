@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel
-from tether.stores import ConfigurationError
+from tether.stores import ConfigurationError, UsageError
 
 from ._supervision_types import RestartPolicy, SupervisionStrategy
 
@@ -96,6 +96,18 @@ class ActorContext:
         self.path = path
         self.ref = ref
         self._group = group
+
+    def finish(self, output: Any = None) -> None:
+        """End the execution with ``output`` once the current message is handled.
+
+        Only the root actor of an execution (`Runtime.run`) may finish it.
+        """
+        slot = self.ref._slot
+        if not slot.root:
+            raise UsageError(
+                f"{self.path!r} cannot finish an execution: only the root actor of Runtime.run() can."
+            )
+        slot.finish = (True, output)
 
     @property
     def name(self) -> str:

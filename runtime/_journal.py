@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import os
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic import BaseModel, ValidationError
 from tether.stores import (
     ConfigurationError,
-    JournalEntry,
+    DuplicateInterrupt,
     Lease,
     NewEntry,
     NewExecution,
+    NewInterrupt,
     SerializationError,
     Store,
 )
@@ -47,29 +49,67 @@ class MessageCodec:
         return self._types[body["type"]].model_validate(body["data"])
 
 
+class LeaseHolder:
+    """One execution's lease, shared by every actor that journals into it.
+
+    Renewal replaces the lease object, so actors read it from here at each write.
+    """
+
+    def __init__(self, store: Store, lease: Lease) -> None:
+        self.store = store
+        self.lease = lease
+
+    async def keep(self, lease_seconds: float) -> None:
+        """Renew the lease until cancelled; raises `StaleLease` if it was taken over."""
+        while True:
+            await anyio.sleep(lease_seconds / 3)
+            self.lease = await self.store.renew_lease(self.lease, lease_seconds=lease_seconds)
+
+
+@dataclass
+class Loaded:
+    """What a durable actor restores from its journal."""
+
+    state: dict[str, Any]
+    unhandled: list[tuple[int, BaseModel, str | None]]
+    """Messages accepted but never handled: (inbox seq, message, ask id), in order."""
+    decisions: dict[int, dict[str, list[Any]]]
+    """Resume decisions per unhandled inbox seq: call path -> values, oldest first."""
+
+
 class ActorJournal:
     """Writes one durable actor's boundaries under its execution's lease.
 
     Entries, all at the actor's path:
 
-    - ``inbox``: a message accepted into the mailbox, ``{"message": ...}``;
-    - ``msg:N``: message N handled, ``{"inbox": seq, "delta": ...}``;
-    - ``snapshot``: every ``snapshot_every`` messages, the state's non-list fields.
+    - ``inbox``: a message accepted into the mailbox, ``{"message": ..., "id": ...}``
+      (``id`` names an ``ask`` made while another durable actor handled a message);
+    - ``msg:N``: message N handled, ``{"inbox": seq, "delta": ..., "reply": ...}``;
+    - ``snapshot``: every ``snapshot_every`` messages, and at suspension, the
+      state's non-list fields;
+    - ``suspended``: the handler called ``interrupt()``, ``{"inbox": seq, "path": ...}``
+      (the store writes it with the snapshot and the pending row in one transaction).
     """
 
-    def __init__(self, store: Store, lease: Lease, path: str, codec: MessageCodec,
-                 snapshot_every: int) -> None:
-        self.store = store
-        self.lease = lease
+    def __init__(self, holder: LeaseHolder, path: str, codec: MessageCodec, snapshot_every: int) -> None:
+        self.holder = holder
+        self.store = holder.store
         self.path = path
         self.codec = codec
         self.snapshot_every = snapshot_every
         self.handled = 0
+        self.asks: dict[str, tuple[int, bool, Any]] = {}
+        """Ask id -> (inbox seq, handled?, reply): a repeated ask finds its first answer."""
+        self._ids: dict[int, str] = {}
+
+    @property
+    def lease(self) -> Lease:
+        return self.holder.lease
 
     @classmethod
     async def open(cls, store: Store, execution_id: str, path: str, runner: str, codec: MessageCodec,
                    *, owner: str, lease_seconds: float, snapshot_every: int) -> ActorJournal:
-        """Create or take over the actor's execution and hold its lease.
+        """Create or take over a standalone durable actor's execution and hold its lease.
 
         Raises:
             LeaseHeld: Another live process runs this actor.
@@ -81,57 +121,92 @@ class ActorJournal:
         lease = started.lease or await store.acquire_lease(
             execution_id, owner=owner, lease_seconds=lease_seconds
         )
-        return cls(store, lease, path, codec, snapshot_every)
+        return cls(LeaseHolder(store, lease), path, codec, snapshot_every)
 
-    async def record_inbox(self, message: Any) -> int:
-        entry = NewEntry(path=self.path, label="inbox", payload={"message": self.codec.encode(message)})
-        [seq] = await self.store.append(self.lease, [entry])
+    async def record_inbox(self, message: Any, ask_id: str | None) -> int:
+        payload: dict[str, Any] = {"message": self.codec.encode(message), "id": ask_id}
+        [seq] = await self.store.append(self.lease, [NewEntry(path=self.path, label="inbox", payload=payload)])
+        if ask_id is not None:
+            self.asks[ask_id] = (seq, False, None)
+            self._ids[seq] = ask_id
         return seq
 
     async def record_handled(self, inbox_seq: int | None, delta: dict[str, Any],
-                             state: dict[str, Any]) -> None:
+                             state: dict[str, Any], reply: Any) -> None:
+        ask_id = self._ids.get(inbox_seq) if inbox_seq is not None else None
+        payload: dict[str, Any] = {"inbox": inbox_seq, "delta": delta}
+        if ask_id is not None:
+            payload["reply"] = reply
         self.handled += 1
-        entries = [NewEntry(path=self.path, label=f"msg:{self.handled}",
-                            payload={"inbox": inbox_seq, "delta": delta})]
+        entries = [NewEntry(path=self.path, label=f"msg:{self.handled}", payload=payload)]
         if self.handled % self.snapshot_every == 0:
-            entries.append(NewEntry(path=self.path, label="snapshot", kind="snapshot",
-                                    payload=_delta.snapshot(state)))
+            entries.append(self._snapshot(state))
         try:
             await self.store.append(self.lease, entries)
         except SerializationError:
             self.handled -= 1
             raise
+        if ask_id is not None:
+            self.asks[ask_id] = (inbox_seq, True, reply)  # type: ignore[assignment]
 
-    async def load(self, initial: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[int, BaseModel]]]:
-        """Return the actor's state and the journaled messages it never handled, in order."""
+    async def record_suspension(self, inbox_seq: int | None, state: dict[str, Any], path: str,
+                                reason: str, context: Any) -> None:
+        entries = [self._snapshot(state),
+                   NewEntry(path=self.path, label="suspended", kind="suspended",
+                            payload={"inbox": inbox_seq, "path": path})]
+        try:
+            await self.store.suspend(self.lease, entries, NewInterrupt(path=path, reason=reason, context=context))
+        except DuplicateInterrupt:
+            pass  # still pending from before: handled again, it asks again for the same decision
+
+    async def release(self) -> None:
+        """Give up a standalone durable actor's lease (it stays ``running``, unheld)."""
+        await self.store.release_lease(self.lease)
+
+    def _snapshot(self, state: dict[str, Any]) -> NewEntry:
+        return NewEntry(path=self.path, label="snapshot", kind="snapshot", payload=_delta.snapshot(state))
+
+    async def load(self, initial: dict[str, Any]) -> Loaded:
+        """Rebuild the state, the unhandled messages and their resume decisions."""
         history: list[tuple[str, dict[str, Any]]] = [("delta", {"set": initial})]
-        inbox: dict[int, BaseModel] = {}
+        inbox: dict[int, tuple[BaseModel, str | None]] = {}
+        suspensions: dict[int, int] = {}   # suspended entry seq -> inbox seq
+        decisions: dict[int, dict[str, list[Any]]] = {}
+        self.asks.clear()
+        self._ids.clear()
         handled_count = 0
-        for entry in await self._entries():
+        mine = self.path + "/"
+        for entry in await self.store.read_journal(self.lease.execution_id):
             payload: Any = entry.payload
+            if entry.kind == "resumed":
+                # A decision for a call of mine (at my path or below it, but for one of
+                # my own suspensions: a child's share the prefix, not the seq).
+                origin = suspensions.get(payload.get("suspended_seq"))
+                if origin is not None and (entry.path == self.path or entry.path.startswith(mine)):
+                    decisions.setdefault(origin, {}).setdefault(entry.path, []).append(payload["value"])
+                continue
+            if entry.path != self.path:
+                continue
             if entry.label == "inbox":
                 try:
-                    inbox[entry.seq] = self.codec.decode(payload["message"])
+                    inbox[entry.seq] = (self.codec.decode(payload["message"]), payload.get("id"))
                 except (KeyError, ValidationError):
                     continue  # a message type this version no longer declares
+                if payload.get("id") is not None:
+                    self.asks[payload["id"]] = (entry.seq, False, None)
+                    self._ids[entry.seq] = payload["id"]
+            elif entry.kind == "suspended":
+                suspensions[entry.seq] = payload["inbox"]
             elif entry.kind == "snapshot":
                 history.append(("snapshot", payload))
             elif entry.label.startswith("msg:"):
                 handled_count += 1
                 history.append(("delta", payload["delta"]))
                 inbox.pop(payload["inbox"], None)
+                decisions.pop(payload["inbox"], None)
+                ask_id = self._ids.get(payload["inbox"])
+                if ask_id is not None:
+                    self.asks[ask_id] = (payload["inbox"], True, payload.get("reply"))
         self.handled = handled_count
-        return _delta.restore(history), sorted(inbox.items())
-
-    async def _entries(self) -> list[JournalEntry]:
-        entries = await self.store.read_journal(self.lease.execution_id)
-        return [e for e in entries if e.path == self.path]
-
-    async def keep_lease(self, lease_seconds: float) -> None:
-        """Renew the lease until cancelled; raises `StaleLease` if it was taken over."""
-        while True:
-            await anyio.sleep(lease_seconds / 3)
-            self.lease = await self.store.renew_lease(self.lease, lease_seconds=lease_seconds)
-
-    async def release(self) -> None:
-        await self.store.release_lease(self.lease)
+        unhandled = [(seq, message, ask_id) for seq, (message, ask_id) in sorted(inbox.items())]
+        return Loaded(_delta.restore(history), unhandled, decisions)

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ._idempotent import current_step
+
 if TYPE_CHECKING:
     from ._supervision import Slot
 
@@ -46,6 +48,9 @@ class Envelope:
     reply: Reply | None = None
     inbox_seq: int | None = field(default=None)
     """For a durable actor: the journal entry that holds the message."""
+    ask_id: str | None = field(default=None)
+    """An ask made while a durable actor handled a message: the same call made again
+    (its handler running again) gets the first one's answer instead of a second message."""
 
 
 class ActorRef:
@@ -88,7 +93,9 @@ class ActorRef:
             ActorStopped: The actor was stopped before it answered.
         """
         reply = Reply()
-        await self._slot.deliver(Envelope(message, reply))
+        step = current_step.get()
+        ask_id = step.key_for(f"ask:{self.path}") if step is not None else None
+        await self._slot.deliver(Envelope(message, reply, ask_id=ask_id))
         return await reply.wait()
 
     async def stop(self) -> None:

@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import uuid
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import anyio
-from tether.stores import Store, UsageError
+from pydantic import BaseModel, JsonValue
+from tether.stores import (
+    ConfigurationError,
+    ExecutionFinished,
+    ExecutionNotFound,
+    Lease,
+    NewExecution,
+    Store,
+    UsageError,
+)
 
-from ._journal import PROCESS_OWNER
+from ._actor import segment
+from ._execution import ExecutionState, RunResult, Start
+from ._interrupt import Resume
+from ._journal import PROCESS_OWNER, LeaseHolder
 from ._supervision import Group, Settings
 from ._supervision_types import RestartPolicy, SupervisionStrategy
 
@@ -132,3 +144,155 @@ class Runtime:
             )
         return await self._root.start_child(factory, name, restart=restart, shutdown_timeout=shutdown_timeout,
                                             durable=durable, execution_id=execution_id)
+
+    # -- executions ----------------------------------------------------------------
+
+    def _store(self) -> Store:
+        if self._root is None:
+            raise UsageError("The runtime is not running. Call this inside 'async with Runtime(...) as rt:'.")
+        if self.store is None:
+            raise ConfigurationError("Executions need a store: Runtime(SQLiteStore(...)) or PostgresStore.")
+        return self.store
+
+    async def run(
+        self,
+        factory: ActorFactory,
+        input: JsonValue = None,
+        *,
+        execution_id: str,
+        name: str | None = None,
+    ) -> RunResult:
+        """Run an execution of a root actor to its end, or to its first pause.
+
+        The root actor receives `Start` with ``input`` and ends the execution with
+        ``self.context.finish(output)``. Every actor it spawns durably journals into
+        the execution. The execution id is an idempotency key: running an id that
+        already completed returns its stored result, one that is paused returns the
+        paused result, and one whose process died is recovered.
+
+        Args:
+            factory: The root actor's class.
+            input: JSON input, delivered as ``Start(input=...)``.
+            execution_id: The caller's id for this run.
+            name: The root's name (its path is ``<kind>:<name>``); default: its kind.
+
+        Raises:
+            LeaseHeld: Another live process is running this execution.
+        """
+        store = self._store()
+        kind = getattr(factory, "kind", "actor")
+        name = name or kind
+        root_path = segment(kind, name)
+        started = await store.start_execution(
+            NewExecution(execution_id=execution_id, runner=getattr(factory, "__qualname__", kind),
+                         root_path=root_path, input=input),
+            owner=self._settings.owner, lease_seconds=self._settings.lease_seconds,
+        )
+        if started.created:
+            assert started.lease is not None
+            return await self._drive(factory, name, started.lease, Start(input=input))
+        execution = started.execution
+        if execution.status != "running":
+            return await self.result(execution_id)
+        lease = await self._take_over(execution_id)
+        return await self._drive(factory, name, lease, None) if lease else await self.result(execution_id)
+
+    async def resume(
+        self,
+        factory: ActorFactory,
+        execution_id: str,
+        value: BaseModel | dict[str, Any] | None = None,
+        *,
+        path: str | None = None,
+    ) -> RunResult:
+        """Continue an execution: with a decision for its pending interrupt, or after a crash.
+
+        With ``value``, the pending interrupt (the only one, or the one at ``path``) is
+        claimed in one transaction that also journals the decision; then the execution
+        continues here. Without it, the execution is recovered from its journal.
+        A resume recorded by a process that died right after its claim is carried
+        out by the next recovery, with the same decision.
+
+        Raises:
+            AlreadyResumed: Someone else claimed this interrupt first; nothing changed.
+            NoPendingInterrupt: Nothing is pending at ``path``.
+            LeaseHeld: Another live process is running the execution.
+            ExecutionNotFound: No such execution.
+            pydantic.ValidationError: ``value`` is not a valid decision; nothing was claimed.
+        """
+        store = self._store()
+        execution = await store.get_execution(execution_id)
+        if execution is None:
+            raise ExecutionNotFound(execution_id)
+        if execution.finished and value is None:
+            return await self.result(execution_id)
+        kind, _, name = execution.root_path.partition(":")
+        if kind != getattr(factory, "kind", "actor"):
+            raise ConfigurationError(
+                f"Execution {execution_id!r} was started by a {kind!r} root ({execution.runner}), "
+                f"not by {getattr(factory, '__qualname__', factory)!r}. Resume it with the same runner."
+            )
+        if value is not None:
+            decision = value if isinstance(value, BaseModel) else Resume.model_validate(value)
+            await store.claim(execution_id, decision.model_dump(mode="json"), path=path)
+        lease = await self._take_over(execution_id)
+        return await self._drive(factory, name, lease, None) if lease else await self.result(execution_id)
+
+    async def _take_over(self, execution_id: str) -> Lease | None:
+        """Take the execution's lease, or None if it finished meanwhile (another process ran it)."""
+        try:
+            return await self._store().acquire_lease(execution_id, owner=self._settings.owner,
+                                                     lease_seconds=self._settings.lease_seconds)
+        except ExecutionFinished:
+            return None
+
+    async def cancel(self, execution_id: str) -> RunResult:
+        """Stop a paused (or crashed) execution for good: ``cancelled``, nothing pending.
+
+        Raises:
+            LeaseHeld: A live process is running it; cancel it there.
+            ExecutionNotFound: No such execution.
+        """
+        store = self._store()
+        lease = await store.acquire_lease(execution_id, owner=self._settings.owner,
+                                          lease_seconds=self._settings.lease_seconds)
+        await store.release_lease(lease, status="cancelled")
+        return await self.result(execution_id)
+
+    async def result(self, execution_id: str) -> RunResult:
+        """Where the execution stands now, from the store."""
+        store = self._store()
+        execution = await store.get_execution(execution_id)
+        if execution is None:
+            raise ExecutionNotFound(execution_id)
+        pending = await store.list_pending(execution_id=execution_id) if execution.status == "paused" else []
+        return RunResult(execution_id=execution_id, status=execution.status, output=execution.result,
+                         pending_interrupt=pending[0] if pending else None, pending=pending,
+                         error=execution.error)
+
+    async def _drive(self, factory: ActorFactory, name: str, lease: Lease, start: Start | None) -> RunResult:
+        """Run the execution's tree until it finishes, pauses or fails, then give up the lease."""
+        assert self._root is not None
+        assert self.store is not None
+        state = ExecutionState(lease.execution_id, LeaseHolder(self.store, lease))
+        group = Group(self._root._tg, "", SupervisionStrategy.ONE_FOR_ONE, 0, 1.0, self._settings, state)
+        try:
+            root = await group.start_child(factory, name, restart="temporary", durable=True, root=True)
+            if start is not None:
+                await root.send(start)
+            await state.done.wait()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await group.stop_all()
+                group.close()
+        holder = state.holder
+        if state.outcome == "completed":
+            await self.store.release_lease(holder.lease, status="completed", result=state.output)
+        elif state.outcome == "paused":
+            await self.store.release_lease(holder.lease, status="paused")
+        else:
+            error = state.error
+            await self.store.release_lease(
+                holder.lease, status="failed", error=f"{type(error).__name__}: {error}" if error else None
+            )
+        return await self.result(lease.execution_id)

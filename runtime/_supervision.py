@@ -18,14 +18,17 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-from tether.stores import ConfigurationError, StaleLease, Store
+from pydantic import TypeAdapter
+from tether.stores import ConfigurationError, SerializationError, StaleLease, Store
 
 from . import _delta
 from ._actor import Actor, ActorContext, ActorFactory, segment
 from ._errors import ActorCrashed, ActorStopped, SupervisionEscalated
+from ._execution import ExecutionState, Start
 from ._idempotent import Step, current_step
+from ._interrupt import CallScope, Interrupted, Suspended, current_call
 from ._journal import ActorJournal, MessageCodec
-from ._ref import ActorRef, Envelope
+from ._ref import ActorRef, Envelope, Reply
 from ._supervision_types import RestartPolicy, SupervisionStrategy
 
 if TYPE_CHECKING:
@@ -47,8 +50,10 @@ class Slot:
     """One child position: its spec, its mailbox (kept across restarts), its incarnation."""
 
     def __init__(self, group: Group, factory: ActorFactory, path: str, restart: RestartPolicy,
-                 shutdown_timeout: float, journal: ActorJournal | None) -> None:
+                 shutdown_timeout: float, journal: ActorJournal | None, *, root: bool = False) -> None:
         self.group = group
+        self.execution = group.execution
+        self.root = root  # the root actor of an execution
         self.factory = factory
         self.path = path
         self.restart = restart
@@ -60,6 +65,10 @@ class Slot:
         self._send, self._recv = anyio.create_memory_object_stream[Envelope](group.settings.mailbox_size)
         self.redeliver: deque[Envelope] = deque()
         self.crashed: Envelope | None = None  # the message a non-durable handler crashed on
+        self.parked: Envelope | None = None   # the message an interrupt() suspended
+        self.decisions: dict[int, dict[str, list[Any]]] = {}  # resume values per inbox seq
+        self.waiters: dict[int, list[Reply]] = {}  # repeated asks waiting for a message
+        self.finish: tuple[bool, Any] = (False, None)
         self.generation = 0         # which incarnation is current
         self.cold = True            # next incarnation is the first in this process
         self.quitting = False       # leave the loop after the current message
@@ -73,11 +82,29 @@ class Slot:
         if self.terminated:
             raise ActorStopped(self.path)
         if self.journal is not None:
-            envelope.inbox_seq = await self.journal.record_inbox(envelope.message)
+            if envelope.ask_id is not None and self._answer_repeat(envelope):
+                return
+            envelope.inbox_seq = await self.journal.record_inbox(envelope.message, envelope.ask_id)
         try:
             await self._send.send(envelope)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             raise ActorStopped(self.path) from None
+
+    def _answer_repeat(self, envelope: Envelope) -> bool:
+        """An ask made again (its handler is running again): answer from the first one."""
+        assert self.journal is not None
+        assert envelope.ask_id is not None
+        known = self.journal.asks.get(envelope.ask_id)
+        if known is None:
+            return False
+        seq, handled, reply = known
+        if envelope.reply is None:
+            return True
+        if handled:
+            envelope.reply.resolve(reply)
+        else:
+            self.waiters.setdefault(seq, []).append(envelope.reply)
+        return True
 
     async def stop(self) -> None:
         await self.group.stop_child(self)
@@ -91,12 +118,12 @@ class Slot:
         settings = self.group.settings
         async with anyio.create_task_group() as tg:
             children = Group(tg, self.path, type(instance).supervision, type(instance).max_restarts,
-                             type(instance).within, settings)
+                             type(instance).within, settings, self.execution)
             try:
                 instance.context = ActorContext(self.path, self.ref, children)
                 await self._load_state(instance)
-                if self.journal is not None:
-                    tg.start_soon(self.journal.keep_lease, settings.lease_seconds)
+                if self.journal is not None and (self.execution is None or self.root):
+                    tg.start_soon(self.journal.holder.keep, settings.lease_seconds)
                 await instance.started()
                 self.started = True
                 task_status.started()
@@ -114,15 +141,22 @@ class Slot:
         if self.journal is None:
             instance.state = state_type()
             return
-        state, unhandled = await self.journal.load(state_type().model_dump(mode="json"))
-        instance.state = state_type.model_validate(state)
+        loaded = await self.journal.load(state_type().model_dump(mode="json"))
+        instance.state = state_type.model_validate(loaded.state)
+        self.decisions = loaded.decisions
         if self.cold:
             # Accepted before the last process died, never handled: handle them first.
-            self.redeliver.extend(Envelope(message, inbox_seq=seq) for seq, message in unhandled)
+            self.redeliver.extend(Envelope(message, inbox_seq=seq, ask_id=ask_id)
+                                  for seq, message, ask_id in loaded.unhandled)
         self.cold = False
 
     async def _loop(self, instance: Actor[Any]) -> None:
         while not self.quitting:
+            if self.parked is not None or self.finish[0]:
+                # Suspended or finished: take nothing more until the execution is torn down.
+                with anyio.CancelScope() as self.idle_scope:
+                    await anyio.sleep_forever()
+                return
             envelope = self.redeliver.popleft() if self.redeliver else None
             if envelope is None:
                 with anyio.CancelScope() as self.idle_scope:
@@ -137,16 +171,28 @@ class Slot:
 
     async def _handle(self, instance: Actor[Any], envelope: Envelope) -> None:
         before = instance.state.model_dump(mode="json") if self.journal else None
-        step = None
+        step = call = None
         if self.journal is not None:
-            # @idempotent calls record under the message's journal entry: handling it
-            # again (after a crash) finds the same records.
+            # @idempotent calls and asks are keyed by the message's journal entry:
+            # handling it again (after a crash or a resume) finds the same records.
             step = current_step.set(Step(self.journal, f"inbox:{envelope.inbox_seq}"))
+            decisions = self.decisions.get(envelope.inbox_seq or 0, {})
+            call = current_call.set(CallScope(self.path, {p: list(v) for p, v in decisions.items()}))
         try:
-            reply = await instance.receive(envelope.message)
+            try:
+                reply = await instance.receive(envelope.message)
+            except Exception as exc:
+                signals = _suspension_signals(exc)
+                if signals is None or self.journal is None:
+                    raise
+                await self._suspend(instance, envelope, before or {}, signals)
+                return
             if self.journal is not None:
                 after = instance.state.model_dump(mode="json")
-                await self.journal.record_handled(envelope.inbox_seq, _delta.diff(before or {}, after), after)
+                if envelope.ask_id is not None:
+                    reply = _as_json(reply)  # what a repeated ask will get back, so now too
+                await self.journal.record_handled(envelope.inbox_seq, _delta.diff(before or {}, after),
+                                                  after, reply)
         except Exception as exc:
             if self.journal is not None and not isinstance(exc, StaleLease):
                 # The state rolls back to the journal; the message is handled again.
@@ -164,8 +210,33 @@ class Slot:
         finally:
             if step is not None:
                 current_step.reset(step)
+            if call is not None:
+                current_call.reset(call)
         if envelope.reply is not None:
             envelope.reply.resolve(reply)
+        for waiter in self.waiters.pop(envelope.inbox_seq or 0, []):
+            waiter.resolve(reply)
+        if self.finish[0] and self.execution is not None:
+            self.execution.end("completed", self.finish[1])
+
+    async def _suspend(self, instance: Actor[Any], envelope: Envelope, before: dict[str, Any],
+                       signals: list[Exception]) -> None:
+        """Park the message an interrupt() stopped; its changes to the state are dropped."""
+        assert self.journal is not None
+        instance.state = type(instance.state).model_validate(before)
+        self.finish = (False, None)
+        for signal in signals:
+            if isinstance(signal, Interrupted):  # the innermost actor records the pending row
+                await self.journal.record_suspension(envelope.inbox_seq, before, signal.path,
+                                                     signal.reason, signal.context)
+        self.parked = envelope
+        suspended = Suspended(self.path)
+        if envelope.reply is not None:
+            envelope.reply.fail(suspended)
+        for waiter in self.waiters.pop(envelope.inbox_seq or 0, []):
+            waiter.fail(suspended)
+        if self.root and self.execution is not None:
+            self.execution.end("paused")
 
     def answer_crash(self, error: BaseException | None) -> None:
         """Fail the ``ask`` whose message crashed the handler, if any."""
@@ -197,8 +268,10 @@ class Group:
     """The children of one actor (or of the runtime), under one strategy."""
 
     def __init__(self, tg: anyio.abc.TaskGroup, owner_path: str, strategy: SupervisionStrategy,
-                 max_restarts: int, within: float, settings: Settings) -> None:
+                 max_restarts: int, within: float, settings: Settings,
+                 execution: ExecutionState | None = None) -> None:
         self._tg = tg
+        self.execution = execution
         self.owner_path = owner_path
         self.strategy = strategy
         self.max_restarts = max_restarts
@@ -221,6 +294,7 @@ class Group:
         shutdown_timeout: float = 5.0,
         durable: bool = False,
         execution_id: str | None = None,
+        root: bool = False,
     ) -> ActorRef:
         kind = getattr(factory, "kind", "actor")
         own = segment(kind, name)
@@ -235,13 +309,17 @@ class Group:
                     f"Cannot spawn durable actor {path!r}: the runtime has no store. "
                     f"Use Runtime(store) with a SQLiteStore or PostgresStore."
                 )
-            codec = MessageCodec(path, getattr(factory, "messages", ()))
-            journal = await ActorJournal.open(
-                store, execution_id or path, path, getattr(factory, "__qualname__", kind), codec,
-                owner=self.settings.owner, lease_seconds=self.settings.lease_seconds,
-                snapshot_every=self.settings.snapshot_every,
-            )
-        slot = Slot(self, factory, path, restart, shutdown_timeout, journal)
+            codec = MessageCodec(path, (Start, *getattr(factory, "messages", ())))
+            if self.execution is not None:
+                # Inside an execution every actor journals into it, under its one lease.
+                journal = ActorJournal(self.execution.holder, path, codec, self.settings.snapshot_every)
+            else:
+                journal = await ActorJournal.open(
+                    store, execution_id or path, path, getattr(factory, "__qualname__", kind), codec,
+                    owner=self.settings.owner, lease_seconds=self.settings.lease_seconds,
+                    snapshot_every=self.settings.snapshot_every,
+                )
+        slot = Slot(self, factory, path, restart, shutdown_timeout, journal, root=root)
         if not self._watching:
             self._watching = True
             self._tg.start_soon(self.watch)
@@ -283,7 +361,10 @@ class Group:
             slot.done.set()
         # A halted incarnation's exit is expected: the watcher must not act on it.
         if not slot.quitting:
-            self._exits_send.send_nowait((slot, generation, error))
+            try:
+                self._exits_send.send_nowait((slot, generation, error))
+            except anyio.ClosedResourceError:
+                pass  # the group is being torn down: nobody restarts anything now
 
     async def watch(self) -> None:
         """Apply the strategy to each child that exits on its own."""
@@ -343,8 +424,10 @@ class Group:
     async def _remove(self, slot: Slot, error: BaseException | None) -> None:
         if self.children.get(slot.path) is slot:
             del self.children[slot.path]
+        if slot.root and slot.execution is not None and error is not None:
+            slot.execution.end("failed", error=error)
         slot.close(error)
-        if slot.journal is not None and not isinstance(error, StaleLease):
+        if slot.journal is not None and slot.execution is None and not isinstance(error, StaleLease):
             with anyio.CancelScope(shield=True):
                 try:
                     await slot.journal.release()
@@ -368,3 +451,31 @@ def _unwrap(error: BaseException) -> BaseException:
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
     return error
+
+
+def _suspension_signals(error: BaseException) -> list[Exception] | None:
+    """The interrupt signals an error consists of, or None if it is a real failure."""
+    if isinstance(error, Interrupted | Suspended):
+        return [error]
+    if isinstance(error, BaseExceptionGroup):
+        found: list[Exception] = []
+        for inner in error.exceptions:
+            signals = _suspension_signals(inner)
+            if signals is None:
+                return None
+            found += signals
+        return found
+    return None
+
+
+def _as_json(value: Any) -> Any:
+    try:
+        return _REPLY.dump_python(value, mode="json")
+    except Exception as exc:
+        raise SerializationError(
+            f"The reply {value!r} to a durable ask cannot be journaled ({exc}); reply with JSON data "
+            f"or a pydantic model."
+        ) from exc
+
+
+_REPLY: TypeAdapter[Any] = TypeAdapter(Any)

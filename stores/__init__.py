@@ -11,86 +11,37 @@ async with SQLiteStore("app.db") as store:
 
 from ._errors import (
     AlreadyResumed as AlreadyResumed,
-)
-from ._errors import (
     ConfigurationError as ConfigurationError,
-)
-from ._errors import (
     DuplicateInterrupt as DuplicateInterrupt,
-)
-from ._errors import (
     ExecutionFinished as ExecutionFinished,
-)
-from ._errors import (
     ExecutionNotFound as ExecutionNotFound,
-)
-from ._errors import (
     LeaseHeld as LeaseHeld,
-)
-from ._errors import (
     NoPendingInterrupt as NoPendingInterrupt,
-)
-from ._errors import (
     SchemaVersionError as SchemaVersionError,
-)
-from ._errors import (
     SerializationError as SerializationError,
-)
-from ._errors import (
     StaleLease as StaleLease,
-)
-from ._errors import (
     StoreCorrupted as StoreCorrupted,
-)
-from ._errors import (
     StoreError as StoreError,
-)
-from ._errors import (
     StoreUnavailable as StoreUnavailable,
-)
-from ._errors import (
     TetherError as TetherError,
-)
-from ._errors import (
     UsageError as UsageError,
 )
 from ._memory import MemoryStore as MemoryStore
 from ._models import (
     EntryKind as EntryKind,
-)
-from ._models import (
     Execution as Execution,
-)
-from ._models import (
     ExecutionStatus as ExecutionStatus,
-)
-from ._models import (
     IdempotencyRecord as IdempotencyRecord,
-)
-from ._models import (
     JournalEntry as JournalEntry,
-)
-from ._models import (
     Lease as Lease,
-)
-from ._models import (
     NewEntry as NewEntry,
-)
-from ._models import (
     NewExecution as NewExecution,
-)
-from ._models import (
     NewInterrupt as NewInterrupt,
-)
-from ._models import (
     PendingInterrupt as PendingInterrupt,
-)
-from ._models import (
     StartResult as StartResult,
 )
 from ._postgres import PostgresStore as PostgresStore
-from ._protocol import SCHEMA_VERSION as SCHEMA_VERSION
-from ._protocol import Store as Store
+from ._protocol import SCHEMA_VERSION as SCHEMA_VERSION, Store as Store
 from ._sqlite import SQLiteStore as SQLiteStore
 from ._url import open_store as open_store
 

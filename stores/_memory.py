@@ -277,11 +277,12 @@ class MemoryStore(Store):
 
     @staticmethod
     def _explain_failed_claim(run: _Run, execution_id: str, path: str | None) -> StoreError:
-        if run.execution.finished:
-            return ExecutionFinished(execution_id, run.execution.status)
         resumed = [r[1] for r in run.journal if r[3] == "resumed" and (path is None or r[1] == path)]
+        # A decision already journaled answers a second click, even once the run has finished.
         if (path is not None and path in run.pending) or resumed:
             return AlreadyResumed(execution_id, path if path is not None else resumed[-1])
+        if run.execution.finished:
+            return ExecutionFinished(execution_id, run.execution.status)
         return NoPendingInterrupt(execution_id, path, sorted(run.pending))
 
     def _pending_rows(self, execution_id: str | None, path_prefix: str | None) -> list[PendingInterrupt]:

@@ -462,16 +462,17 @@ class PostgresStore(DriverStore):
         execution = await self.get_execution(execution_id)
         if execution is None:
             return ExecutionNotFound(execution_id)
-        if execution.finished:
-            return ExecutionFinished(execution_id, execution.status)
         pending = await self._pending_paths(execution_id)
         resumed = await self._fetch(
             "SELECT path FROM tether_journal WHERE execution_id = $1 AND kind = 'resumed' "
             "AND ($2::text IS NULL OR path = $2) ORDER BY seq DESC LIMIT 1",
             execution_id, path,
         )
+        # A decision already journaled answers a second click, even once the run has finished.
         if (path is not None and path in pending) or resumed:
             return AlreadyResumed(execution_id, path if path is not None else resumed[0]["path"])
+        if execution.finished:
+            return ExecutionFinished(execution_id, execution.status)
         return NoPendingInterrupt(execution_id, path, pending)
 
     async def list_pending(

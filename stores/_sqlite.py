@@ -649,8 +649,6 @@ def _explain_failed_claim(db: sqlite3.Connection, execution_id: str, path: str |
     found = db.execute("SELECT status FROM tether_executions WHERE id = ?", (execution_id,)).fetchone()
     if found is None:
         return ExecutionNotFound(execution_id)
-    if found[0] in FINAL_STATUSES:
-        return ExecutionFinished(execution_id, found[0])
     pending = [r[0] for r in db.execute(
         "SELECT path FROM tether_pending WHERE execution_id = ? ORDER BY path", (execution_id,)
     )]
@@ -659,6 +657,9 @@ def _explain_failed_claim(db: sqlite3.Connection, execution_id: str, path: str |
         "AND (? IS NULL OR path = ?) ORDER BY seq DESC LIMIT 1",
         (execution_id, path, path),
     ).fetchone()
+    # A decision already journaled answers a second click, even once the run has finished.
     if (path is not None and path in pending) or resumed is not None:
         return AlreadyResumed(execution_id, path if path is not None else resumed[0])
+    if found[0] in FINAL_STATUSES:
+        return ExecutionFinished(execution_id, found[0])
     return NoPendingInterrupt(execution_id, path, pending)

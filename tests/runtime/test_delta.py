@@ -6,8 +6,7 @@ import itertools
 import json
 from typing import Any
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from tether.runtime._delta import apply, diff, restore, snapshot
 
 scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=5)

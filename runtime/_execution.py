@@ -1,0 +1,54 @@
+"""Executions: one durable run of a root actor, from `Start` to its output, across processes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+from pydantic import BaseModel, ConfigDict, JsonValue
+from tether.stores import ExecutionStatus, PendingInterrupt
+
+if TYPE_CHECKING:
+    from ._journal import LeaseHolder
+
+
+class Start(BaseModel):
+    """The first message of every execution's root actor: the caller's input."""
+
+    input: JsonValue = None
+
+
+class RunResult(BaseModel):
+    """Where an execution stands after `Runtime.run`, `Runtime.resume` or a lookup."""
+
+    model_config = ConfigDict(frozen=True)
+
+    execution_id: str
+    status: ExecutionStatus
+    output: JsonValue = None
+    pending_interrupt: PendingInterrupt | None = None
+    """The oldest pending interrupt of a paused execution (`pending` has all of them)."""
+    pending: list[PendingInterrupt] = []
+    error: str | None = None
+
+
+Outcome = Literal["completed", "paused", "failed"]
+
+
+@dataclass
+class ExecutionState:
+    """What every actor of one running execution shares."""
+
+    execution_id: str
+    holder: LeaseHolder
+    done: anyio.Event = field(default_factory=anyio.Event)
+    outcome: Outcome | None = None
+    output: Any = None
+    error: BaseException | None = None
+    finishing: bool = False
+
+    def end(self, outcome: Outcome, output: Any = None, error: BaseException | None = None) -> None:
+        if self.outcome is None:
+            self.outcome, self.output, self.error = outcome, output, error
+            self.done.set()

@@ -1,0 +1,131 @@
+"""`interrupt()` and `Resume`: pause an execution for a decision, and carry the decision back.
+
+``interrupt(reason, context)`` inside a handler (or a tool or node it calls)
+returns the resume value when one is in scope for exactly this call, and
+otherwise suspends: the runtime records the pending interrupt and parks the
+actor tree. When the decision arrives, the suspended message is handled again
+from its start with the value in scope for that one call; a later, different
+``interrupt()`` suspends again.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from tether.stores import ConfigurationError, UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+class Resume(BaseModel):
+    """A decision that resumes an interrupted call. Extra fields are kept.
+
+    Example:
+        ```python
+        Resume(approved=True, metadata={"approver": "alice"}, amount=120).amount  # 120
+        ```
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    approved: bool = True
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class Interrupted(Exception):
+    """Raised by `interrupt()` to suspend; the runtime catches it. Do not catch it."""
+
+    def __init__(self, path: str, reason: str, context: JsonValue) -> None:
+        super().__init__(f"interrupted at {path}: {reason}")
+        self.path = path
+        self.reason = reason
+        self.context = context
+
+
+class Suspended(Exception):
+    """Raised by ``ask`` when the actor asked (or one below it) suspended; do not catch it."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"suspended below {path}")
+        self.path = path
+
+
+@dataclass
+class CallScope:
+    """Where `interrupt()` calls come from while one message is handled."""
+
+    actor_path: str
+    resume_values: dict[str, list[JsonValue]] = field(default_factory=dict)
+    """Decisions per call path, oldest first: each is consumed by one call."""
+    active: dict[str, int] = field(default_factory=dict)
+    segment: str | None = None
+
+
+current_call: ContextVar[CallScope | None] = ContextVar("tether_call", default=None)
+_segment: ContextVar[str | None] = ContextVar("tether_segment", default=None)
+
+
+@contextmanager
+def call_scope(segment: str) -> Iterator[str]:
+    """Name the call running inside, as a path segment (``tool:approve_refund``).
+
+    Two calls with the same segment at once get distinct ones (``tool:x#2``), so
+    each pending interrupt stays addressable. Yields the full segment.
+    """
+    scope = current_call.get()
+    if scope is None:
+        yield segment
+        return
+    outer = _segment.get()
+    base = f"{outer}/{segment}" if outer else segment
+    count = scope.active.get(base, 0) + 1
+    scope.active[base] = count
+    name = base if count == 1 else f"{base}#{count}"
+    token = _segment.set(name)
+    try:
+        yield name
+    finally:
+        _segment.reset(token)
+        scope.active[base] -= 1
+
+
+def interrupt(reason: str, context: JsonValue = None, *, expect: type[BaseModel] = Resume) -> Any:
+    """Suspend the execution until a decision arrives, or return the decision.
+
+    Call it from a handler of a durable actor in an execution, or from a tool or
+    node it runs, in sync or async code (also in a worker thread started with
+    ``anyio.to_thread.run_sync``).
+
+    Args:
+        reason: Why a decision is needed (``"manager_approval"``).
+        context: JSON the decider sees (``{"amount": 50_000}``).
+        expect: The model the decision must validate as; a value that does not is
+            refused before it consumes the pending interrupt.
+
+    Returns:
+        The decision, as an ``expect`` instance (a `Resume` by default).
+
+    Raises:
+        UsageError: Not inside a durable actor of an execution.
+    """
+    scope = current_call.get()
+    if scope is None:
+        raise UsageError(
+            "interrupt() was called outside an execution. Call it while a durable actor of "
+            "Runtime.run(...) handles a message (a node, a tool, or the handler itself)."
+        )
+    segment = _segment.get()
+    path = f"{scope.actor_path}/{segment}" if segment else scope.actor_path
+    values = scope.resume_values.get(path)
+    if values:
+        value = values.pop(0)  # in scope for this one call only
+        try:
+            return expect.model_validate(value)
+        except ValidationError as exc:  # validated before the claim; here only if code changed
+            raise ConfigurationError(f"The decision for {path!r} does not fit {expect.__name__}: {exc}") from exc
+    raise Interrupted(path, reason, context)
