@@ -72,7 +72,8 @@ class Actor(Generic[StateT]):
         for base in getattr(cls, "__orig_bases__", ()):
             if get_origin(base) is Actor:
                 (argument,) = get_args(base)
-                if isinstance(argument, type) and issubclass(argument, BaseModel):
+                # Actor[BaseModel] says "no particular state": BaseModel itself cannot be built.
+                if isinstance(argument, type) and issubclass(argument, BaseModel) and argument is not BaseModel:
                     cls.state_type = argument
 
     async def started(self) -> None:

@@ -18,6 +18,7 @@ from tether.stores import (
     UsageError,
 )
 
+from . import _faults
 from ._actor import segment
 from ._execution import ExecutionState, RunResult, Start
 from ._interrupt import Resume
@@ -235,6 +236,7 @@ class Runtime:
         if value is not None:
             decision = value if isinstance(value, BaseModel) else Resume.model_validate(value)
             await store.claim(execution_id, decision.model_dump(mode="json"), path=path)
+            _faults.reached("after_claim")
         lease = await self._take_over(execution_id)
         return await self._drive(factory, name, lease, None) if lease else await self.result(execution_id)
 
