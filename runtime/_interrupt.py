@@ -40,11 +40,31 @@ class Resume(BaseModel):
 class Interrupted(Exception):
     """Raised by `interrupt()` to suspend; the runtime catches it. Do not catch it."""
 
-    def __init__(self, path: str, reason: str, context: JsonValue) -> None:
+    def __init__(self, path: str, reason: str, context: JsonValue, expect: type[BaseModel]) -> None:
         super().__init__(f"interrupted at {path}: {reason}")
         self.path = path
         self.reason = reason
         self.context = context
+        self.expect = model_name(expect)
+
+
+def model_name(model: type[BaseModel]) -> str:
+    """How a decision's model is named in the journal."""
+    return f"{model.__module__}.{model.__qualname__}"
+
+
+def loaded_model(name: str) -> type[BaseModel] | None:
+    """The model class of that name among those this process has defined, if any.
+
+    Looked up, never imported: a name read from the journal cannot load code.
+    """
+    pending: list[type[BaseModel]] = [BaseModel]
+    while pending:
+        model = pending.pop()
+        if model_name(model) == name:
+            return model
+        pending.extend(model.__subclasses__())
+    return None
 
 
 class Suspended(Exception):
@@ -128,4 +148,4 @@ def interrupt(reason: str, context: JsonValue = None, *, expect: type[BaseModel]
             return expect.model_validate(value)
         except ValidationError as exc:  # validated before the claim; here only if code changed
             raise ConfigurationError(f"The decision for {path!r} does not fit {expect.__name__}: {exc}") from exc
-    raise Interrupted(path, reason, context)
+    raise Interrupted(path, reason, context, expect)

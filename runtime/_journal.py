@@ -150,10 +150,10 @@ class ActorJournal:
             self.asks[ask_id] = (inbox_seq, True, reply)  # type: ignore[assignment]
 
     async def record_suspension(self, inbox_seq: int | None, state: dict[str, Any], path: str,
-                                reason: str, context: Any) -> None:
+                                reason: str, context: Any, expect: str) -> None:
         entries = [self._snapshot(state),
                    NewEntry(path=self.path, label="suspended", kind="suspended",
-                            payload={"inbox": inbox_seq, "path": path})]
+                            payload={"inbox": inbox_seq, "path": path, "expect": expect})]
         try:
             await self.store.suspend(self.lease, entries, NewInterrupt(path=path, reason=reason, context=context))
         except DuplicateInterrupt:

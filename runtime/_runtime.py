@@ -21,7 +21,7 @@ from tether.stores import (
 from . import _faults
 from ._actor import segment
 from ._execution import ExecutionState, RunResult, Start
-from ._interrupt import Resume
+from ._interrupt import Resume, loaded_model
 from ._journal import PROCESS_OWNER, LeaseHolder
 from ._supervision import Group, Settings
 from ._supervision_types import RestartPolicy, SupervisionStrategy
@@ -234,11 +234,28 @@ class Runtime:
                 f"not by {getattr(factory, '__qualname__', factory)!r}. Resume it with the same runner."
             )
         if value is not None:
-            decision = value if isinstance(value, BaseModel) else Resume.model_validate(value)
-            await store.claim(execution_id, decision.model_dump(mode="json"), path=path)
+            decision = await self._validate_decision(execution_id, value, path)
+            await store.claim(execution_id, decision, path=path)
             _faults.reached("after_claim")
         lease = await self._take_over(execution_id)
         return await self._drive(factory, name, lease, None) if lease else await self.result(execution_id)
+
+    async def _validate_decision(
+        self, execution_id: str, value: BaseModel | dict[str, Any], path: str | None
+    ) -> dict[str, Any]:
+        """Check a decision against the model the suspended call expects, before any claim."""
+        data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        store = self._store()
+        pending = await store.list_pending(execution_id=execution_id, limit=1000)
+        target = [p for p in pending if path is None or p.agent_path == path]
+        expected: type[BaseModel] = Resume
+        if len(target) == 1:
+            [suspended] = await store.read_journal(execution_id, after_seq=target[0].seq - 1, limit=1)
+            name = suspended.payload.get("expect") if isinstance(suspended.payload, dict) else None
+            if isinstance(name, str):
+                expected = loaded_model(name) or Resume
+        # Raises pydantic.ValidationError; nothing has been claimed yet.
+        return expected.model_validate(data).model_dump(mode="json")
 
     async def _take_over(self, execution_id: str) -> Lease | None:
         """Take the execution's lease, or None if it finished meanwhile (another process ran it)."""

@@ -228,7 +228,7 @@ class Slot:
         for signal in signals:
             if isinstance(signal, Interrupted):  # the innermost actor records the pending row
                 await self.journal.record_suspension(envelope.inbox_seq, before, signal.path,
-                                                     signal.reason, signal.context)
+                                                     signal.reason, signal.context, signal.expect)
         self.parked = envelope
         suspended = Suspended(self.path)
         if envelope.reply is not None:

@@ -17,7 +17,7 @@ from tether.runtime import (
     idempotent,
     interrupt,
 )
-from tether.stores import ExecutionFinished, LeaseHeld, Store
+from tether.stores import ExecutionFinished, LeaseHeld, Store, UsageError
 
 EFFECTS: list[str] = []
 PATH = "supervisor:planner/worker:auditor/tool:approve_refund"
@@ -228,3 +228,47 @@ async def test_a_root_that_raises_fails_the_execution(store: Store) -> None:
     assert result.status == "failed"
     assert result.error is not None
     assert "the planner broke" in result.error
+
+
+class CounterOffer(BaseModel):
+    approved: bool
+    amount: int
+
+
+class Negotiator(Actor[Plan]):
+    kind = "agent"
+
+    async def receive(self, message: Start) -> Any:
+        def negotiate() -> CounterOffer:
+            # A synchronous tool, in a worker thread: interrupt() works there too.
+            with call_scope("tool:negotiate"):
+                return interrupt("counter_offer", {"asked": 900}, expect=CounterOffer)
+
+        offer = await anyio.to_thread.run_sync(negotiate)
+        self.context.finish(offer.model_dump())
+
+
+async def test_a_decision_must_fit_the_model_the_call_expects(store: Store) -> None:
+    async with Runtime(store) as rt:
+        paused = await rt.run(Negotiator, None, execution_id="offer", name="bot")
+        assert paused.pending_interrupt is not None
+        assert paused.pending_interrupt.agent_path == "agent:bot/tool:negotiate"
+        with pytest.raises(ValidationError, match="amount"):
+            await rt.resume(Negotiator, "offer", {"approved": True})  # no amount: refused
+        assert await store.count_pending(execution_id="offer") == 1  # nothing consumed
+        done = await rt.resume(Negotiator, "offer", {"approved": True, "amount": 700})
+    assert done.status == "completed"
+    assert done.output == {"approved": True, "amount": 700}
+
+
+def test_resume_keeps_extra_fields() -> None:
+    decision = Resume(approved=True, metadata={"approver": "alice"}, amount=120)
+    assert decision.amount == 120  # type: ignore[attr-defined]
+    again = Resume.model_validate(decision.model_dump(mode="json"))
+    assert again.amount == 120  # type: ignore[attr-defined]
+    assert again.metadata == {"approver": "alice"}
+
+
+async def test_interrupt_outside_an_execution_says_where_to_call_it() -> None:
+    with pytest.raises(UsageError, match=r"Runtime\.run"):
+        interrupt("why")
