@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, get_args, get_origin
 
-from pydantic import BaseModel
+import anyio.to_thread
+from pydantic import BaseModel, TypeAdapter
 from tether.stores import ConfigurationError, UsageError
 
+from ._idempotent import current_step
 from ._supervision_types import RestartPolicy, SupervisionStrategy
 
+_JSON: TypeAdapter[Any] = TypeAdapter(Any)
+
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ._ref import ActorRef
     from ._supervision import Group
 
@@ -97,6 +104,34 @@ class ActorContext:
         self.path = path
         self.ref = ref
         self._group = group
+
+    async def step(self, label: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` as a durable step of the message being handled.
+
+        Its result is journaled as an entry labelled ``label`` (``node:charge``).
+        When the message is handled again (after a crash or a resume), the step
+        returns its recorded result instead of running; a step that had not
+        finished runs. Steps with the same label are told apart by their order.
+        A synchronous ``fn`` runs in a worker thread. Results come back in their
+        JSON form, the same the first time and on a replay.
+
+        Raises:
+            UsageError: The actor is not durable.
+            SerializationError: The result is not JSON; nothing was recorded.
+        """
+        step = current_step.get()
+        if step is None:
+            raise UsageError(f"{self.path!r} is not durable: spawn it with durable=True to use step().")
+        key = step.key_for(label)
+        if key in step.recorded:
+            return step.recorded[key]
+        if inspect.iscoroutinefunction(fn):
+            result = await fn(*args)
+        else:
+            result = await anyio.to_thread.run_sync(fn, *args)
+        result = _JSON.dump_python(result, mode="json")
+        await step.journal.record_step(step.inbox_seq, label, key, result)
+        return result
 
     def finish(self, output: Any = None) -> None:
         """End the execution with ``output`` once the current message is handled.

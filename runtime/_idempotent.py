@@ -37,6 +37,9 @@ class Step:
 
     journal: ActorJournal
     step: str
+    inbox_seq: int | None = None
+    recorded: dict[str, Any] = field(default_factory=dict)
+    """Durable steps of this message already journaled, by key (a replay returns them)."""
     _ordinals: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

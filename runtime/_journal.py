@@ -75,6 +75,8 @@ class Loaded:
     """Messages accepted but never handled: (inbox seq, message, ask id), in order."""
     decisions: dict[int, dict[str, list[Any]]]
     """Resume decisions per unhandled inbox seq: call path -> values, oldest first."""
+    steps: dict[int, dict[str, Any]]
+    """Results of durable steps per unhandled inbox seq: step key -> result."""
 
 
 class ActorJournal:
@@ -159,6 +161,10 @@ class ActorJournal:
         except DuplicateInterrupt:
             pass  # still pending from before: handled again, it asks again for the same decision
 
+    async def record_step(self, inbox_seq: int | None, label: str, key: str, result: Any) -> None:
+        payload = {"inbox": inbox_seq, "step": key, "result": result}
+        await self.store.append(self.lease, [NewEntry(path=self.path, label=label, payload=payload)])
+
     async def release(self) -> None:
         """Give up a standalone durable actor's lease (it stays ``running``, unheld)."""
         await self.store.release_lease(self.lease)
@@ -172,6 +178,7 @@ class ActorJournal:
         inbox: dict[int, tuple[BaseModel, str | None]] = {}
         suspensions: dict[int, int] = {}   # suspended entry seq -> inbox seq
         decisions: dict[int, dict[str, list[Any]]] = {}
+        steps: dict[int, dict[str, Any]] = {}
         self.asks.clear()
         self._ids.clear()
         handled_count = 0
@@ -199,14 +206,17 @@ class ActorJournal:
                 suspensions[entry.seq] = payload["inbox"]
             elif entry.kind == "snapshot":
                 history.append(("snapshot", payload))
+            elif isinstance(payload, dict) and "step" in payload:
+                steps.setdefault(payload["inbox"], {})[payload["step"]] = payload["result"]
             elif entry.label.startswith("msg:"):
                 handled_count += 1
                 history.append(("delta", payload["delta"]))
                 inbox.pop(payload["inbox"], None)
                 decisions.pop(payload["inbox"], None)
+                steps.pop(payload["inbox"], None)
                 ask_id = self._ids.get(payload["inbox"])
                 if ask_id is not None:
                     self.asks[ask_id] = (payload["inbox"], True, payload.get("reply"))
         self.handled = handled_count
         unhandled = [(seq, message, ask_id) for seq, (message, ask_id) in sorted(inbox.items())]
-        return Loaded(_delta.restore(history), unhandled, decisions)
+        return Loaded(_delta.restore(history), unhandled, decisions, steps)

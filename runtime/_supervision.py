@@ -68,6 +68,7 @@ class Slot:
         self.parked: Envelope | None = None   # the message an interrupt() suspended
         self.decisions: dict[int, dict[str, list[Any]]] = {}  # resume values per inbox seq
         self.waiters: dict[int, list[Reply]] = {}  # repeated asks waiting for a message
+        self.steps: dict[int, dict[str, Any]] = {}  # durable step results per inbox seq
         self.finish: tuple[bool, Any] = (False, None)
         self.generation = 0         # which incarnation is current
         self.cold = True            # next incarnation is the first in this process
@@ -144,6 +145,7 @@ class Slot:
         loaded = await self.journal.load(state_type().model_dump(mode="json"))
         instance.state = state_type.model_validate(loaded.state)
         self.decisions = loaded.decisions
+        self.steps = loaded.steps
         if self.cold:
             # Accepted before the last process died, never handled: handle them first.
             self.redeliver.extend(Envelope(message, inbox_seq=seq, ask_id=ask_id)
@@ -175,7 +177,8 @@ class Slot:
         if self.journal is not None:
             # @idempotent calls and asks are keyed by the message's journal entry:
             # handling it again (after a crash or a resume) finds the same records.
-            step = current_step.set(Step(self.journal, f"inbox:{envelope.inbox_seq}"))
+            step = current_step.set(Step(self.journal, f"inbox:{envelope.inbox_seq}", envelope.inbox_seq,
+                                         self.steps.get(envelope.inbox_seq or 0, {})))
             decisions = self.decisions.get(envelope.inbox_seq or 0, {})
             call = current_call.set(CallScope(self.path, {p: list(v) for p, v in decisions.items()}))
         try:

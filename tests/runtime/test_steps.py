@@ -1,0 +1,83 @@
+"""Durable steps inside one message: replayed from the journal, never run twice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from tether.runtime import Actor, ActorCrashed, Runtime, Start
+from tether.stores import Store, UsageError
+
+RAN: list[str] = []
+
+
+def validate(amount: int) -> dict[str, Any]:  # synchronous: runs in a worker thread
+    RAN.append("validate")
+    return {"valid": amount > 0}
+
+
+async def charge(amount: int) -> dict[str, Any]:
+    RAN.append("charge")
+    return {"charged": amount}
+
+
+class Flow(Actor[BaseModel]):
+    kind = "flow"
+    crashed = False
+
+    async def receive(self, message: Start) -> Any:
+        amount = message.input
+        state: dict[str, Any] = {}
+        state |= await self.context.step("node:validate", validate, amount)
+        state |= await self.context.step("node:charge", charge, amount)
+        if not Flow.crashed:
+            Flow.crashed = True
+            raise RuntimeError("crash between two steps")
+        state |= await self.context.step("node:notify", charge, 0)
+        return state
+
+
+async def test_steps_are_replayed_after_a_crash(store: Store) -> None:
+    RAN.clear()
+    Flow.crashed = False
+    async with Runtime(store) as rt:
+        flow = await rt.spawn(Flow, "f", durable=True)
+        # The handler crashes after two steps; the restarted actor handles the message
+        # again, and the two finished steps return their records instead of running.
+        state = await flow.ask(Start(input=40))
+    assert state == {"valid": True, "charged": 0}
+    assert RAN == ["validate", "charge", "charge"]  # the last one is node:notify
+
+
+class Once(Actor[BaseModel]):
+    kind = "chain"
+
+    async def receive(self, message: Start) -> Any:
+        state = await self.context.step("node:validate", validate, 5)
+        state |= await self.context.step("node:charge", charge, 5)
+        state |= await self.context.step("node:loop", charge, 1)
+        state |= await self.context.step("node:loop", charge, 2)
+        self.context.finish(state)
+
+
+async def test_step_results_are_journaled_with_their_labels(store: Store) -> None:
+    RAN.clear()
+    async with Runtime(store) as rt:
+        done = await rt.run(Once, None, execution_id="once", name="refund")
+    assert done.output == {"valid": True, "charged": 2}
+    labels = [e.label for e in await store.read_journal("once") if e.label.startswith("node:")]
+    assert labels == ["node:validate", "node:charge", "node:loop", "node:loop"]
+    assert RAN == ["validate", "charge", "charge", "charge"]
+
+
+async def test_a_step_needs_a_durable_actor() -> None:
+    class Plain(Actor[BaseModel]):
+        async def receive(self, message: Any) -> Any:
+            return await self.context.step("node:x", charge, 1)
+
+    async with Runtime() as rt:
+        ref = await rt.spawn(Plain, "p")
+        with pytest.raises(ActorCrashed) as info:
+            await ref.ask("go")
+        assert isinstance(info.value.__cause__, UsageError)
