@@ -1,0 +1,285 @@
+"""`Chain`: a durable graph of node functions over one state.
+
+A chain is the root actor of an execution. Each node completion is a durable
+step, journaled as ``node:<name>`` with the node's update (never a copy of the
+whole state). Routing is recomputed from the journaled updates, so a recovered
+run takes the same branches, skips the nodes that finished, and runs the one a
+crash interrupted.
+
+Scheduling, deterministic so that a replay makes the same decisions:
+
+- nodes run in rounds; the nodes of a round run concurrently, and every one of
+  them settles (finishes, fails or suspends) before the round ends;
+- their updates merge into the state in node-name order;
+- then every edge out of those nodes, in the order they were added, whose
+  ``when(state)`` is true (or that has no ``when``) is followed; an edge with
+  ``max_iterations`` is followed at most that many times per execution, then
+  counts as false;
+- a node with several incoming edges (a join) waits while a node that is ready
+  or waiting could still reach it, then runs once.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from pydantic import BaseModel, JsonValue
+from tether.runtime import Actor, Resume, RunResult, Runtime, Start, call_scope
+from tether.stores import ConfigurationError, Store
+
+NodeFn = Callable[[Any], Any]
+"""A node: a sync or async function of the state returning a dict of updates (or None)."""
+
+
+@dataclass(frozen=True)
+class _Edge:
+    src: str
+    dst: str
+    when: Callable[[Any], bool] | None
+    max_iterations: int | None
+
+
+class Chain:
+    """A durable graph of nodes; a list of nodes is a line.
+
+    Args:
+        name: The chain's name; its path is ``chain:<name>``.
+        nodes: Node functions to add in order, joined into a line.
+        store: Where its executions are journaled.
+        state: A pydantic model for the state; nodes then receive it typed.
+        entry: The first node (default: the first added).
+        lease_seconds: How long a crashed run's lease outlives its process.
+
+    Example:
+        ```python
+        chain = Chain("refund", [validate, approve_refund, charge, notify], store=SQLiteStore("app.db"))
+        result = await chain.run({"amount": 50_000}, execution_id="refund-abc")
+        result = await chain.resume("refund-abc", Resume(approved=True))
+        ```
+    """
+
+    def __init__(
+        self,
+        name: str,
+        nodes: Sequence[NodeFn] = (),
+        *,
+        store: Store,
+        state: type[BaseModel] | None = None,
+        entry: str | None = None,
+        lease_seconds: float = 30.0,
+    ) -> None:
+        self.name = name
+        self.store = store
+        self.state_model = state
+        self.lease_seconds = lease_seconds
+        self._entry = entry
+        self._nodes: dict[str, NodeFn] = {}
+        self._edges: list[_Edge] = []
+        previous = None
+        for fn in nodes:
+            current = self.add_node(fn)
+            if previous is not None:
+                self.add_edge(previous, current)
+            previous = current
+        self._actor = type(f"Chain[{name}]", (_ChainActor,), {"kind": "chain", "chain": self})
+
+    def add_node(self, fn: NodeFn, name: str | None = None) -> str:
+        """Add a node; its name defaults to the function's. Returns the name."""
+        node = name or getattr(fn, "__name__", None)
+        if not node or "/" in node or node in self._nodes:
+            raise ConfigurationError(
+                f"Cannot add node {node!r} to chain {self.name!r}: names must be unique, non-empty "
+                f"and free of '/'. Pass name= to add the same function twice."
+            )
+        self._nodes[node] = fn
+        return node
+
+    def add_edge(
+        self,
+        src: str,
+        dst: str,
+        when: Callable[[Any], bool] | None = None,
+        max_iterations: int | None = None,
+    ) -> None:
+        """Follow ``src -> dst`` after ``src`` runs, when ``when(state)`` is true.
+
+        An edge that closes a cycle needs ``max_iterations``: it is followed at most
+        that many times per execution, then counts as false.
+        """
+        for node in (src, dst):
+            if node not in self._nodes:
+                raise ConfigurationError(f"Chain {self.name!r} has no node {node!r}; add_node() it first.")
+        if max_iterations is not None and max_iterations < 0:
+            raise ConfigurationError(f"max_iterations={max_iterations} must be 0 or more.")
+        self._edges.append(_Edge(src, dst, when, max_iterations))
+
+    @property
+    def entry(self) -> str:
+        """The first node."""
+        if self._entry is not None:
+            return self._entry
+        if not self._nodes:
+            raise ConfigurationError(f"Chain {self.name!r} has no nodes.")
+        return next(iter(self._nodes))
+
+    def check(self) -> None:
+        """Refuse a graph whose cycles are unbounded; `run` calls it."""
+        if self.entry not in self._nodes:
+            raise ConfigurationError(f"Chain {self.name!r}: entry {self.entry!r} is not a node.")
+        bounded = {e for e in self._edges if e.max_iterations is not None}
+        unbounded = [e for e in self._edges if e not in bounded]
+        # A cycle made only of unbounded edges would run forever.
+        graph: dict[str, list[str]] = {}
+        for edge in unbounded:
+            graph.setdefault(edge.src, []).append(edge.dst)
+        visiting: set[str] = set()
+        done: set[str] = set()
+
+        def visit(node: str, trail: list[str]) -> None:
+            if node in visiting:
+                cycle = " -> ".join([*trail[trail.index(node):], node])
+                raise ConfigurationError(
+                    f"Chain {self.name!r} has a cycle without a bound: {cycle}. Give the edge that "
+                    f"closes it max_iterations (add_edge(src, dst, max_iterations=3))."
+                )
+            if node in done:
+                return
+            visiting.add(node)
+            for nxt in graph.get(node, []):
+                visit(nxt, [*trail, node])
+            visiting.discard(node)
+            done.add(node)
+
+        for node in self._nodes:
+            visit(node, [])
+
+    async def run(self, input: JsonValue | BaseModel = None, *, execution_id: str) -> RunResult:
+        """Run the chain to its end or to a pause; the id is an idempotency key."""
+        self.check()
+        data = input.model_dump(mode="json") if isinstance(input, BaseModel) else input
+        if self.state_model is not None:
+            data = self.state_model.model_validate(data or {}).model_dump(mode="json")
+        async with Runtime(self.store, lease_seconds=self.lease_seconds) as rt:
+            return await rt.run(self._actor, data, execution_id=execution_id, name=self.name)
+
+    async def resume(
+        self,
+        execution_id: str,
+        value: Resume | BaseModel | dict[str, Any] | None = None,
+        *,
+        path: str | None = None,
+    ) -> RunResult:
+        """Resume a paused run with a decision, or recover a crashed one (no value)."""
+        self.check()
+        async with Runtime(self.store, lease_seconds=self.lease_seconds) as rt:
+            return await rt.resume(self._actor, execution_id, value, path=path)
+
+    # -- scheduling (runs inside the chain's actor) ----------------------------------
+
+    def _reach(self) -> dict[str, set[str]]:
+        """For each node, every node reachable from it."""
+        out: dict[str, set[str]] = {n: set() for n in self._nodes}
+        for edge in self._edges:
+            out[edge.src].add(edge.dst)
+        reach: dict[str, set[str]] = {}
+        for start in self._nodes:
+            seen: set[str] = set()
+            stack = list(out[start])
+            while stack:
+                node = stack.pop()
+                if node not in seen:
+                    seen.add(node)
+                    stack.extend(out[node])
+            reach[start] = seen
+        return reach
+
+
+class _ChainActor(Actor[BaseModel]):
+    """Runs one execution of its chain: rounds of node steps until nothing is ready."""
+
+    kind = "chain"
+    chain: Chain
+
+    async def receive(self, message: Start) -> Any:
+        chain = self.chain
+        state: dict[str, Any] = dict(message.input or {}) if isinstance(message.input, dict) else {}
+        indegree = Counter(edge.dst for edge in chain._edges)
+        reach = chain._reach()
+        followed: Counter[_Edge] = Counter()
+        ready: list[str] = [chain.entry]
+        waiting: set[str] = set()
+        while ready or waiting:
+            if not ready:
+                ready, waiting = sorted(waiting), set()
+            round_nodes = sorted(set(ready))
+            ready = []
+            updates = await self._run_round(round_nodes, state)
+            for node in round_nodes:
+                state.update(updates[node] or {})
+            view = self._view(state)
+            targets: list[str] = []
+            for node in round_nodes:
+                for edge in chain._edges:
+                    if edge.src != node:
+                        continue
+                    if edge.max_iterations is not None and followed[edge] >= edge.max_iterations:
+                        continue
+                    if edge.when is None or edge.when(view):
+                        followed[edge] += 1
+                        targets.append(edge.dst)
+            for target in dict.fromkeys(targets):
+                (waiting.add if indegree[target] > 1 else ready.append)(target)
+            for join in sorted(waiting):
+                others = [*ready, *(w for w in waiting if w != join)]
+                if not any(join in reach[other] for other in others):
+                    waiting.discard(join)
+                    ready.append(join)
+        self.context.finish(state)
+
+    async def _run_round(self, nodes: list[str], state: dict[str, Any]) -> dict[str, Any]:
+        results: dict[str, Any] = {}
+        failures: list[Exception] = []
+
+        async def run_node(node: str) -> None:
+            # Every branch settles before anything is raised: a sibling cancelled half-way
+            # would only suspend, or fail, one resume later.
+            try:
+                with call_scope(f"node:{node}"):
+                    results[node] = await self.context.step(f"node:{node}", self._call, node, dict(state))
+            except Exception as exc:
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for node in nodes:
+                tg.start_soon(run_node, node)
+        if failures:
+            raise ExceptionGroup(f"chain {self.chain.name!r}: nodes {nodes}", failures)
+        return results
+
+    def _view(self, state: dict[str, Any]) -> Any:
+        model = self.chain.state_model
+        return model.model_validate(state) if model is not None else dict(state)
+
+    async def _call(self, node: str, state: dict[str, Any]) -> Any:
+        fn = self.chain._nodes[node]
+        view = self._view(state)
+        if inspect.iscoroutinefunction(fn):
+            update = await fn(view)
+        else:
+            update = await anyio.to_thread.run_sync(fn, view)
+        if update is None:
+            return {}
+        if isinstance(update, BaseModel):
+            return update.model_dump(mode="json", exclude_unset=True)
+        if not isinstance(update, dict):
+            raise ConfigurationError(
+                f"Node {node!r} of chain {self.chain.name!r} returned {type(update).__name__}; "
+                f"a node returns a dict of updates (or None)."
+            )
+        return update
