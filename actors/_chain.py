@@ -252,7 +252,7 @@ class _ChainActor(Actor[BaseModel]):
             try:
                 with call_scope(f"node:{node}"):
                     results[node] = await self.context.step(f"node:{node}", self._call, node, dict(state))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - every failure is re-raised in the group below
                 failures.append(exc)
 
         async with anyio.create_task_group() as tg:

@@ -104,13 +104,23 @@ class Runtime:
         assert stack is not None
         assert root is not None
         self._root = None
+        own_error: BaseException | None = None
         try:
             with anyio.CancelScope(shield=True):
                 await root.stop_all()
         finally:
             root.close()
             root._tg.cancel_scope.cancel()
-            suppressed = await stack.__aexit__(exc_type, exc, tb)
+            try:
+                suppressed = await stack.__aexit__(exc_type, exc, tb)
+            except BaseExceptionGroup as group:
+                # The block's own error, wrapped by the task group on its way out: give it back
+                # as it was raised, so callers catch AlreadyResumed, not a group holding it.
+                if exc is None or list(group.exceptions) != [exc]:
+                    raise
+                own_error = exc
+        if own_error is not None:
+            raise own_error
         return suppressed
 
     async def spawn(

@@ -1,0 +1,151 @@
+"""Chain: graph semantics, pauses and typed state, on every store and both backends."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from tether.actors import Chain
+from tether.runtime import AlreadyResumed, Resume, idempotent, interrupt
+from tether.stores import ConfigurationError, Store
+
+RUNS: Counter[str] = Counter()
+SENT: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _clean() -> None:
+    RUNS.clear()
+    SENT.clear()
+
+
+def node(name: str, **update: Any) -> Any:
+    def fn(state: Any) -> dict[str, Any]:
+        RUNS[name] += 1
+        return {name: True, **update}
+
+    fn.__name__ = name
+    return fn
+
+
+@idempotent
+def send_email(amount: int) -> str:
+    SENT.append(f"email {amount}")
+    return "sent"
+
+
+def approve_refund(state: dict[str, Any]) -> dict[str, Any]:
+    RUNS["approve_refund"] += 1
+    send_email(state["amount"])  # before interrupt(): runs again on resume, sends once
+    if state["amount"] > 10_000:
+        decision = interrupt("manager_approval", {"amount": state["amount"]})
+        return {"approved": decision.approved, "approver": decision.metadata.get("approver")}
+    return {"approved": True}
+
+
+async def test_the_seeds_refund_flow(store: Store) -> None:
+    chain = Chain("refund", [node("validate"), approve_refund, node("charge"), node("notify")], store=store)
+    paused = await chain.run({"amount": 50_000}, execution_id="refund-abc")
+    assert paused.status == "paused"
+    assert paused.pending_interrupt is not None
+    assert paused.pending_interrupt.agent_path == "chain:refund/node:approve_refund"
+    done = await chain.resume("refund-abc", Resume(approved=True, metadata={"approver": "alice"}))
+    assert done.status == "completed"
+    assert done.output == {"amount": 50_000, "validate": True, "approved": True, "approver": "alice",
+                           "charge": True, "notify": True}
+    assert RUNS == {"validate": 1, "approve_refund": 2, "charge": 1, "notify": 1}
+    assert SENT == ["email 50000"]
+    with pytest.raises(AlreadyResumed):
+        await chain.resume("refund-abc", Resume(approved=False), path="chain:refund/node:approve_refund")
+    labels = [e.label for e in await store.read_journal("refund-abc") if e.label.startswith("node:")]
+    assert labels == ["node:validate", "node:approve_refund", "node:charge", "node:notify"]
+
+
+async def test_fan_out_runs_branches_and_joins_once(store: Store) -> None:
+    chain = Chain("fan", store=store)
+    for name in ("a", "b", "c", "c2", "d"):
+        chain.add_node(node(name))
+    chain.add_edge("a", "b")
+    chain.add_edge("a", "c")
+    chain.add_edge("c", "c2")   # the branches are of unequal length
+    chain.add_edge("b", "d")
+    chain.add_edge("c2", "d")
+    done = await chain.run({}, execution_id="fan")
+    assert done.status == "completed"
+    assert RUNS == {"a": 1, "b": 1, "c": 1, "c2": 1, "d": 1}
+    assert done.output == {"a": True, "b": True, "c": True, "c2": True, "d": True}
+
+
+async def test_conditions_pick_the_branch(store: Store) -> None:
+    chain = Chain("route", store=store)
+    for name in ("a", "b", "c", "d"):
+        chain.add_node(node(name))
+    chain.add_edge("a", "b", when=lambda s: s["x"])
+    chain.add_edge("a", "c", when=lambda s: not s["x"])
+    chain.add_edge("b", "d")
+    chain.add_edge("c", "d")
+    assert (await chain.run({"x": True}, execution_id="yes")).output == {"x": True, "a": True, "b": True,
+                                                                          "d": True}
+    assert RUNS["c"] == 0
+
+
+async def test_a_bounded_cycle(store: Store) -> None:
+    chain = Chain("loop", store=store)
+    chain.add_node(node("n1"))
+    chain.add_node(node("n2"))
+    chain.add_edge("n1", "n2")
+    chain.add_edge("n2", "n1", max_iterations=3)
+    assert (await chain.run({}, execution_id="loop")).status == "completed"
+    assert RUNS == {"n1": 4, "n2": 4}
+
+
+async def test_an_unbounded_cycle_is_refused_before_running(store: Store) -> None:
+    chain = Chain("forever", store=store)
+    chain.add_node(node("n1"))
+    chain.add_node(node("n2"))
+    chain.add_edge("n1", "n2")
+    chain.add_edge("n2", "n1")
+    with pytest.raises(ConfigurationError, match="max_iterations"):
+        await chain.run({}, execution_id="forever")
+    assert await store.get_execution("forever") is None
+
+
+class Refund(BaseModel):
+    amount: int
+    approved: bool = False
+    charged: int = 0
+
+
+async def test_typed_state(store: Store) -> None:
+    def approve(state: Refund) -> dict[str, Any]:
+        assert isinstance(state, Refund)
+        return {"approved": state.amount < 100}
+
+    async def charge(state: Refund) -> dict[str, Any]:
+        return {"charged": state.amount if state.approved else 0}
+
+    chain = Chain("typed", [approve, charge], store=store, state=Refund)
+    done = await chain.run(Refund(amount=40), execution_id="typed")
+    assert Refund.model_validate(done.output) == Refund(amount=40, approved=True, charged=40)
+
+
+async def test_a_node_that_returns_nonsense_fails_the_run(store: Store) -> None:
+    def bad(state: Any) -> Any:
+        return 42
+
+    done = await Chain("bad", [bad], store=store).run({}, execution_id="bad")
+    assert done.status == "failed"
+    assert done.error is not None
+    assert "returns a dict" in done.error
+
+
+def test_graph_errors_say_what_to_do() -> None:
+    from tether.stores import MemoryStore
+
+    chain = Chain("g", [node("a")], store=MemoryStore())
+    with pytest.raises(ConfigurationError, match="no node"):
+        chain.add_edge("a", "missing")
+    with pytest.raises(ConfigurationError, match="unique"):
+        chain.add_node(node("a"))
