@@ -46,6 +46,7 @@ class ActorCrashed(ActorError):
         super().__init__(
             path, f"Actor {path!r} crashed handling the message: {type(error).__name__}: {error}"
         )
+        self.__cause__ = error  # however it is raised, the handler's error comes with it
 
 
 class SupervisionEscalated(ActorError):

@@ -11,6 +11,7 @@ identical calls in one message are two records.
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import threading
 from contextvars import ContextVar
@@ -19,8 +20,10 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, get_type_hints
 
 import anyio.from_thread
 from pydantic import TypeAdapter
-from pydantic_core import PydanticSerializationError
+from pydantic_core import PydanticSerializationError, to_json
 from tether.stores import SerializationError, UsageError
+
+from ._interrupt import current_segment
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -43,12 +46,29 @@ class Step:
     _ordinals: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def key_for(self, name: str) -> str:
-        # Calls may come from worker threads at once: number them under a lock.
+    def key_for(self, name: str, content: Any = None) -> str:
+        """A key for this call, the same when the message is handled again.
+
+        Calls are numbered per name, per what they carry (a digest of ``content``,
+        a message or the arguments) and per current `call_scope`. So calls running at
+        once that differ in any of these never race for a number, and keys stay
+        stable when a scheduler (trio's, say) runs them in another order the second
+        time. Identical calls at once are numbered in arrival order: identical, so
+        either order replays the same records. Worker threads number under a lock.
+        """
+        scoped = f"{current_segment() or ''}|{name}|{_digest(content)}"
         with self._lock:
-            ordinal = self._ordinals.get(name, 0) + 1
-            self._ordinals[name] = ordinal
-        return f"{self.journal.path}|{self.step}|{name}#{ordinal}"
+            ordinal = self._ordinals.get(scoped, 0) + 1
+            self._ordinals[scoped] = ordinal
+        return f"{self.journal.lease.execution_id}|{self.journal.path}|{self.step}|{scoped}#{ordinal}"
+
+
+def _digest(content: Any) -> str:
+    """A short, process-independent digest: what is not JSON counts by its type's name only."""
+    if content is None:
+        return ""
+    data = to_json(content, fallback=lambda value: type(value).__qualname__)
+    return hashlib.sha256(data).hexdigest()[:12]
 
 
 current_step: ContextVar[Step | None] = ContextVar("tether_step", default=None)
@@ -127,7 +147,7 @@ def idempotent(
                 step = current_step.get()
                 if step is None:
                     return await func(*args, **kwargs)
-                record_key = step.key_for(name_of(*args, **kwargs))
+                record_key = step.key_for(name_of(*args, **kwargs), (args, kwargs))
                 journal = step.journal
                 found = await journal.store.get_idempotent(journal.lease.execution_id, record_key)
                 if found is not None:
@@ -148,7 +168,7 @@ def idempotent(
             if step is None:
                 return func(*args, **kwargs)
             journal = step.journal
-            record_key = step.key_for(name_of(*args, **kwargs))
+            record_key = step.key_for(name_of(*args, **kwargs), (args, kwargs))
             try:
                 found = anyio.from_thread.run(journal.store.get_idempotent, journal.lease.execution_id,
                                               record_key)

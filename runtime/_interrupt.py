@@ -82,8 +82,8 @@ class CallScope:
     actor_path: str
     resume_values: dict[str, list[JsonValue]] = field(default_factory=dict)
     """Decisions per call path, oldest first: each is consumed by one call."""
-    active: dict[str, int] = field(default_factory=dict)
-    segment: str | None = None
+    opened: dict[str, int] = field(default_factory=dict)
+    """How many calls of each name this message has opened: numbers never repeat."""
 
 
 current_call: ContextVar[CallScope | None] = ContextVar("tether_call", default=None)
@@ -94,24 +94,32 @@ _segment: ContextVar[str | None] = ContextVar("tether_segment", default=None)
 def call_scope(segment: str) -> Iterator[str]:
     """Name the call running inside, as a path segment (``tool:approve_refund``).
 
-    Two calls with the same segment at once get distinct ones (``tool:x#2``), so
-    each pending interrupt stays addressable. Yields the full segment.
+    Calls with the same segment in one message are numbered in the order they
+    open (``tool:x``, ``tool:x#2``, ...), so each pending interrupt stays
+    addressable. That order is only stable for calls made one after another:
+    give calls that run at the same time names of their own (the tool call's
+    index, say, ``tool:x[2]``), or a re-run may number them differently. Yields
+    the full segment.
     """
-    scope = current_call.get()
-    if scope is None:
-        yield segment
-        return
     outer = _segment.get()
     base = f"{outer}/{segment}" if outer else segment
-    count = scope.active.get(base, 0) + 1
-    scope.active[base] = count
-    name = base if count == 1 else f"{base}#{count}"
+    scope = current_call.get()
+    if scope is not None:
+        count = scope.opened.get(base, 0) + 1
+        scope.opened[base] = count
+        name = base if count == 1 else f"{base}#{count}"
+    else:
+        name = base
     token = _segment.set(name)
     try:
         yield name
     finally:
         _segment.reset(token)
-        scope.active[base] -= 1
+
+
+def current_segment() -> str | None:
+    """The call segment (``tool:approve_refund``) of the code running now, if any."""
+    return _segment.get()
 
 
 def interrupt(reason: str, context: JsonValue = None, *, expect: type[BaseModel] = Resume) -> Any:

@@ -81,7 +81,10 @@ class ActorRef:
         Raises:
             ActorStopped: The actor was stopped.
         """
-        await self._slot.deliver(Envelope(message))
+        step = current_step.get()
+        # Sent again when its sender's message is handled again: the id drops the repeat.
+        send_id = step.key_for(f"send:{self.path}", message) if step is not None else None
+        await self._slot.deliver(Envelope(message, ask_id=send_id))
 
     async def ask(self, message: Any) -> Any:
         """Send a message and wait for the handler's return value.
@@ -94,7 +97,7 @@ class ActorRef:
         """
         reply = Reply()
         step = current_step.get()
-        ask_id = step.key_for(f"ask:{self.path}") if step is not None else None
+        ask_id = step.key_for(f"ask:{self.path}", message) if step is not None else None
         await self._slot.deliver(Envelope(message, reply, ask_id=ask_id))
         return await reply.wait()
 

@@ -194,10 +194,11 @@ class Runtime:
         kind = getattr(factory, "kind", "actor")
         name = name or kind
         root_path = segment(kind, name)
+        owner = self._drive_owner()
         started = await store.start_execution(
             NewExecution(execution_id=execution_id, runner=getattr(factory, "__qualname__", kind),
                          root_path=root_path, input=input),
-            owner=self._settings.owner, lease_seconds=self._settings.lease_seconds,
+            owner=owner, lease_seconds=self._settings.lease_seconds,
         )
         if started.created:
             assert started.lease is not None
@@ -205,8 +206,12 @@ class Runtime:
         execution = started.execution
         if execution.status != "running":
             return await self.result(execution_id)
-        lease = await self._take_over(execution_id)
+        lease = await self._take_over(execution_id, owner)
         return await self._drive(factory, name, lease, None) if lease else await self.result(execution_id)
+
+    def _drive_owner(self) -> str:
+        """A lease owner for one drive: two drives of one id in this runtime exclude each other."""
+        return f"{self._settings.owner}/{uuid.uuid4().hex[:8]}"
 
     async def resume(
         self,
@@ -243,11 +248,13 @@ class Runtime:
                 f"Execution {execution_id!r} was started by a {kind!r} root ({execution.runner}), "
                 f"not by {getattr(factory, '__qualname__', factory)!r}. Resume it with the same runner."
             )
+        owner = self._drive_owner()
         if value is not None:
             decision = await self._validate_decision(execution_id, value, path)
-            await store.claim(execution_id, decision, path=path)
+            # Refused (LeaseHeld, nothing consumed) while another process runs the execution.
+            await store.claim(execution_id, decision, path=path, owner=owner)
             _faults.reached("after_claim")
-        lease = await self._take_over(execution_id)
+        lease = await self._take_over(execution_id, owner)
         return await self._drive(factory, name, lease, None) if lease else await self.result(execution_id)
 
     async def _validate_decision(
@@ -267,10 +274,10 @@ class Runtime:
         # Raises pydantic.ValidationError; nothing has been claimed yet.
         return expected.model_validate(data).model_dump(mode="json")
 
-    async def _take_over(self, execution_id: str) -> Lease | None:
+    async def _take_over(self, execution_id: str, owner: str) -> Lease | None:
         """Take the execution's lease, or None if it finished meanwhile (another process ran it)."""
         try:
-            return await self._store().acquire_lease(execution_id, owner=self._settings.owner,
+            return await self._store().acquire_lease(execution_id, owner=owner,
                                                      lease_seconds=self._settings.lease_seconds)
         except ExecutionFinished:
             return None
@@ -320,8 +327,14 @@ class Runtime:
         elif state.outcome == "paused":
             await self.store.release_lease(holder.lease, status="paused")
         else:
-            error = state.error
-            await self.store.release_lease(
-                holder.lease, status="failed", error=f"{type(error).__name__}: {error}" if error else None
-            )
+            await self.store.release_lease(holder.lease, status="failed", error=_describe(state.error))
         return await self.result(lease.execution_id)
+
+
+def _describe(error: BaseException | None) -> str | None:
+    """A failed execution's error as stored: the errors themselves, not the group around them."""
+    if error is None:
+        return None
+    if isinstance(error, BaseExceptionGroup):
+        return "; ".join(filter(None, (_describe(inner) for inner in error.exceptions)))
+    return f"{type(error).__name__}: {error}"

@@ -86,6 +86,12 @@ class Slot:
             if envelope.ask_id is not None and self._answer_repeat(envelope):
                 return
             envelope.inbox_seq = await self.journal.record_inbox(envelope.message, envelope.ask_id)
+            if self.parked is not None:
+                # Parked until the execution resumes: the message waits in the journal,
+                # and an asker learns now that the tree is suspending.
+                if envelope.reply is not None:
+                    envelope.reply.fail(Suspended(self.path))
+                return
         try:
             await self._send.send(envelope)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -155,9 +161,13 @@ class Slot:
     async def _loop(self, instance: Actor[Any]) -> None:
         while not self.quitting:
             if self.parked is not None or self.finish[0]:
-                # Suspended or finished: take nothing more until the execution is torn down.
+                # Suspended or finished: handle nothing more until the execution is torn
+                # down, but answer late asks (a send can land after the park) at once.
+                # The messages stay in the journal for the resumed run.
                 with anyio.CancelScope() as self.idle_scope:
-                    await anyio.sleep_forever()
+                    async for late in self._recv:
+                        if late.reply is not None:
+                            late.reply.fail(Suspended(self.path) if self.parked else ActorStopped(self.path))
                 return
             envelope = self.redeliver.popleft() if self.redeliver else None
             if envelope is None:
@@ -179,8 +189,9 @@ class Slot:
             # handling it again (after a crash or a resume) finds the same records.
             step = current_step.set(Step(self.journal, f"inbox:{envelope.inbox_seq}", envelope.inbox_seq,
                                          self.steps.get(envelope.inbox_seq or 0, {})))
-            decisions = self.decisions.get(envelope.inbox_seq or 0, {})
-            call = current_call.set(CallScope(self.path, {p: list(v) for p, v in decisions.items()}))
+            if self.execution is not None:  # interrupt() belongs to executions only
+                decisions = self.decisions.get(envelope.inbox_seq or 0, {})
+                call = current_call.set(CallScope(self.path, {p: list(v) for p, v in decisions.items()}))
         try:
             try:
                 reply = await instance.receive(envelope.message)
@@ -234,33 +245,41 @@ class Slot:
                                                      signal.reason, signal.context, signal.expect)
         self.parked = envelope
         suspended = Suspended(self.path)
+        waiting = envelope.reply is not None or bool(self.waiters.get(envelope.inbox_seq or 0))
         if envelope.reply is not None:
             envelope.reply.fail(suspended)
         for waiter in self.waiters.pop(envelope.inbox_seq or 0, []):
             waiter.fail(suspended)
-        if self.root and self.execution is not None:
+        # Messages queued behind the parked one stay in the journal for the resumed run;
+        # whoever waits for them re-asks then.
+        for queued in self._drain():
+            if queued.reply is not None:
+                queued.reply.fail(suspended)
+        if self.execution is not None and (self.root or not waiting):
+            # Nobody above will hear of it through a reply: pause the execution from here.
             self.execution.end("paused")
+
+    def _drain(self) -> list[Envelope]:
+        drained = list(self.redeliver)
+        self.redeliver.clear()
+        while True:
+            try:
+                drained.append(self._recv.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                return drained
 
     def answer_crash(self, error: BaseException | None) -> None:
         """Fail the ``ask`` whose message crashed the handler, if any."""
         envelope, self.crashed = self.crashed, None
         if envelope is not None and envelope.reply is not None:
-            crashed = ActorCrashed(self.path, error or RuntimeError("stopped"))
-            crashed.__cause__ = error
-            envelope.reply.fail(crashed)
+            envelope.reply.fail(ActorCrashed(self.path, error) if error else ActorStopped(self.path))
 
     def close(self, error: BaseException | None) -> None:
         """Refuse new messages and fail every waiting ``ask``."""
         self.terminated = True
         self.answer_crash(error)
         self._send.close()
-        leftovers = list(self.redeliver)
-        self.redeliver.clear()
-        while True:
-            try:
-                leftovers.append(self._recv.receive_nowait())
-            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-                break
+        leftovers = self._drain()
         self._recv.close()
         for envelope in leftovers:
             if envelope.reply is not None:
@@ -305,6 +324,12 @@ class Group:
         if path in self.children:
             raise ConfigurationError(f"An actor already runs at {path!r}; stop it or pick another name.")
         journal = None
+        if self.execution is not None and not durable:
+            raise ConfigurationError(
+                f"Cannot spawn {path!r} inside execution {self.execution.execution_id!r} without "
+                f"durable=True: a child that keeps no journal would lose its part of the run on a "
+                f"pause or a crash."
+            )
         if durable:
             store = self.settings.store
             if store is None:

@@ -253,6 +253,7 @@ class MemoryStore(Store):
         *,
         path: str | None = None,
         seq: int | None = None,
+        owner: str | None = None,
     ) -> JournalEntry:
         _json.dumps(value, what="the resume value")
         await self._enter()
@@ -266,6 +267,10 @@ class MemoryStore(Store):
         row = run.pending.get(target) if target is not None else None
         if row is None or (seq is not None and row[2] != seq):
             raise self._explain_failed_claim(run, execution_id, target)
+        ex = run.execution
+        if (ex.lease_owner is not None and ex.lease_owner != owner and ex.lease_expires_at is not None
+                and ex.lease_expires_at > _ts(time.time())):
+            raise LeaseHeld(execution_id, ex.lease_owner, ex.lease_expires_at)
         del run.pending[target]  # type: ignore[arg-type]
         payload = {"value": value, "suspended_seq": row[2], "reason": row[0]}
         now = time.time()

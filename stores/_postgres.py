@@ -417,6 +417,7 @@ class PostgresStore(DriverStore):
         *,
         path: str | None = None,
         seq: int | None = None,
+        owner: str | None = None,
     ) -> JournalEntry:
         value_json = _json.dumps(value, what="the resume value")
         target = path
@@ -428,9 +429,14 @@ class PostgresStore(DriverStore):
         out = []
         if target is not None:
             out = await self._fetch(
-                """WITH claimed AS (
+                """WITH free AS (
+                    SELECT 1 FROM tether_executions WHERE id = $1 AND NOT (
+                        lease_owner IS NOT NULL AND lease_expires_at > now()
+                        AND lease_owner IS DISTINCT FROM $5::text)
+                ), claimed AS (
                     DELETE FROM tether_pending
                     WHERE execution_id = $1 AND path = $2 AND ($3::bigint IS NULL OR seq = $3)
+                        AND EXISTS (SELECT 1 FROM free)
                     RETURNING reason, seq
                 ), bump AS (
                     UPDATE tether_executions SET next_seq = next_seq + 1
@@ -443,10 +449,10 @@ class PostgresStore(DriverStore):
                     now()
                 FROM bump, claimed
                 RETURNING seq, payload, created_at""",
-                execution_id, target, seq, value_json, write=True,
+                execution_id, target, seq, value_json, owner, write=True,
             )
         if not out:
-            raise await self._explain_failed_claim(execution_id, target)
+            raise await self._explain_failed_claim(execution_id, target, owner)
         row = out[0]
         return JournalEntry(execution_id=execution_id, seq=row["seq"], path=target,  # type: ignore[arg-type]
                             label="resumed", kind="resumed", payload=_json.loads(row["payload"]),
@@ -458,11 +464,20 @@ class PostgresStore(DriverStore):
         )
         return [r["path"] for r in rows]
 
-    async def _explain_failed_claim(self, execution_id: str, path: str | None) -> StoreError:
+    async def _explain_failed_claim(self, execution_id: str, path: str | None,
+                                    owner: str | None = None) -> StoreError:
         execution = await self.get_execution(execution_id)
         if execution is None:
             return ExecutionNotFound(execution_id)
         pending = await self._pending_paths(execution_id)
+        held = await self._fetch(
+            "SELECT lease_owner, lease_expires_at FROM tether_executions WHERE id = $1 "
+            "AND lease_owner IS NOT NULL AND lease_expires_at > now() "
+            "AND lease_owner IS DISTINCT FROM $2::text",
+            execution_id, owner,
+        )
+        if held and path is not None and path in pending:
+            return LeaseHeld(execution_id, held[0]["lease_owner"], held[0]["lease_expires_at"])
         resumed = await self._fetch(
             "SELECT path FROM tether_journal WHERE execution_id = $1 AND kind = 'resumed' "
             "AND ($2::text IS NULL OR path = $2) ORDER BY seq DESC LIMIT 1",

@@ -186,6 +186,7 @@ class Store(ABC):
         *,
         path: str | None = None,
         seq: int | None = None,
+        owner: str | None = None,
     ) -> JournalEntry:
         """Consume a pending interrupt and journal the decision, in one transaction.
 
@@ -197,8 +198,13 @@ class Store(ABC):
         for an interrupt that was resumed and suspended again at the same path
         gets `AlreadyResumed` instead of approving the new one.
 
+        While another process than ``owner`` holds a live lease (the execution is
+        running there), nothing is claimed: a decision must not be consumed by a
+        caller that cannot carry it out.
+
         Raises:
             AlreadyResumed: Another claimer consumed it first.
+            LeaseHeld: Another live process runs the execution; nothing was claimed.
             NoPendingInterrupt: Nothing is (or ever was) pending there.
             ExecutionNotFound: No such execution.
         """

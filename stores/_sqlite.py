@@ -504,6 +504,7 @@ class SQLiteStore(DriverStore):
         *,
         path: str | None = None,
         seq: int | None = None,
+        owner: str | None = None,
     ) -> JournalEntry:
         def fn(db: sqlite3.Connection, now: int) -> JournalEntry:
             target = path
@@ -524,6 +525,13 @@ class SQLiteStore(DriverStore):
                 ).fetchone()
             if row is None or target is None:
                 raise _explain_failed_claim(db, execution_id, target)
+            held = db.execute(
+                "SELECT lease_owner, lease_expires_at FROM tether_executions WHERE id = ? "
+                "AND lease_owner IS NOT NULL AND lease_expires_at > ? AND lease_owner IS NOT ?",
+                (execution_id, now, owner),
+            ).fetchone()
+            if held is not None:  # raising rolls the DELETE back: nothing is consumed
+                raise LeaseHeld(execution_id, held[0], _ts(held[1]))
             payload = {"value": value, "suspended_seq": row[1], "reason": row[0]}
             payload_json = _json.dumps(payload, what="the resume value")
             next_seq = db.execute(

@@ -158,7 +158,7 @@ async def test_strings_that_look_like_sql_are_just_strings(store: Store) -> None
                         NewInterrupt(path=evil + "/%_", reason=evil, context=evil))
     assert [p.agent_path for p in await store.list_pending(path_prefix=evil)] == [evil + "/%_"]
     assert await store.count_pending(path_prefix="x'%") == 0
-    resumed = await store.claim(evil, evil, path=evil + "/%_")
+    resumed = await store.claim(evil, evil, path=evil + "/%_", owner=evil)
     assert resumed.payload["value"] == evil  # type: ignore[index, call-overload]
 
 

@@ -279,11 +279,11 @@ async def test_claim_without_path_needs_exactly_one_pending(store: Store) -> Non
     for path in ("team:t/worker:a/tool:x", "team:t/worker:b/tool:x"):
         await store.suspend(lease, [entry("s", path=path)], NewInterrupt(path=path, reason="r"))
     with pytest.raises(NoPendingInterrupt) as info:
-        await store.claim(lease.execution_id, True)
+        await store.claim(lease.execution_id, True, owner=OWNER)
     assert info.value.pending == ["team:t/worker:a/tool:x", "team:t/worker:b/tool:x"]
     assert await store.count_pending() == 2
-    await store.claim(lease.execution_id, True, path="team:t/worker:b/tool:x")
-    last = await store.claim(lease.execution_id, False)
+    await store.claim(lease.execution_id, True, path="team:t/worker:b/tool:x", owner=OWNER)
+    last = await store.claim(lease.execution_id, False, owner=OWNER)
     assert last.path == "team:t/worker:a/tool:x"
 
 
@@ -291,13 +291,27 @@ async def test_claim_pinned_to_a_suspension_refuses_a_later_one(store: Store) ->
     lease = await started(store)
     path = "agent:a/tool:approve"
     first = await store.suspend(lease, [entry("s1", path=path)], NewInterrupt(path=path, reason="one"))
-    await store.claim(lease.execution_id, True, path=path, seq=first.seq)
+    await store.claim(lease.execution_id, True, path=path, seq=first.seq, owner=OWNER)
     second = await store.suspend(lease, [entry("s2", path=path)], NewInterrupt(path=path, reason="two"))
     # A late duplicate click for the first approval must not approve the second.
     with pytest.raises(AlreadyResumed):
-        await store.claim(lease.execution_id, True, path=path, seq=first.seq)
+        await store.claim(lease.execution_id, True, path=path, seq=first.seq, owner=OWNER)
     assert await store.list_pending() == [second]
-    await store.claim(lease.execution_id, False, path=path, seq=second.seq)
+    await store.claim(lease.execution_id, False, path=path, seq=second.seq, owner=OWNER)
+
+
+async def test_no_claim_while_another_process_runs_the_execution(store: Store) -> None:
+    lease = await started(store)
+    path = "agent:a/tool:t"
+    await store.suspend(lease, [entry("s", path=path)], NewInterrupt(path=path, reason="r"))
+    # The execution runs elsewhere (its lease is live): a decision claimed now could not
+    # be carried out by the claimer, so nothing is consumed.
+    with pytest.raises(LeaseHeld):
+        await store.claim(lease.execution_id, True, path=path, owner="proc-b")
+    assert await store.count_pending() == 1
+    assert len(await store.read_journal(lease.execution_id)) == 1  # no "resumed" entry
+    await store.claim(lease.execution_id, True, path=path, owner=OWNER)  # the holder may
+    assert await store.count_pending() == 0
 
 
 async def test_claim_errors_say_why(store: Store) -> None:
