@@ -75,3 +75,25 @@ def test_ledger_actor_survives_sigkill(kind: str, backend: str, tmp_path: Path,
     assert "every acknowledged deposit survived, none twice" in done.stdout
     if kind == "postgres":
         admin_sql(dsn, f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_refund_chain_pauses_then_completes_in_another_process(tmp_path: Path, backend: str) -> None:
+    def example(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(EXAMPLES / "refund_chain.py"), "--store", f"sqlite:///{tmp_path / 'r.db'}",
+             "--backend", backend, *args],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+
+    first = example()
+    assert first.returncode == 0, first.stderr
+    assert "paused at chain:refund/node:approve_refund" in first.stdout
+    assert first.stdout.count("paging a manager") == 1
+    approved = example("--approve")
+    assert approved.returncode == 0, approved.stderr
+    assert '"charged": 50000' in approved.stdout
+    assert "paging a manager" not in approved.stdout  # the node ran again; the page did not
+    late = example("--reject")
+    assert late.returncode == 2
+    assert "Already decided" in late.stdout

@@ -1,0 +1,89 @@
+"""The seed's refund flow as a durable chain: it pauses for a manager, and survives the wait.
+
+    python examples/refund_chain.py                 # runs, pauses at approve_refund, exits
+    python examples/refund_chain.py --approve       # a new process resumes it to the end
+    python examples/refund_chain.py --reject        # ... or rejects it
+
+Run the first command twice and the second run returns the same paused result:
+the execution id is an idempotency key. Use --store for Postgres, --backend trio for trio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import anyio
+
+from tether.actors import Chain
+from tether.runtime import AlreadyResumed, Resume, idempotent, interrupt
+from tether.stores import open_store
+
+
+def validate(state: dict[str, Any]) -> dict[str, Any]:
+    if state["amount"] <= 0:
+        raise ValueError("a refund is for a positive amount")
+    return {"valid": True}
+
+
+@idempotent
+def page_manager(amount: int) -> str:
+    # Before interrupt(), so it runs again when the node is resumed: @idempotent makes
+    # the page go out once.
+    print(f"   (paging a manager about ${amount:,})")
+    return "paged"
+
+
+def approve_refund(state: dict[str, Any]) -> dict[str, Any]:
+    if state["amount"] > 10_000:
+        page_manager(state["amount"])
+        decision = interrupt("manager_approval", {"amount": state["amount"]})
+        return {"approved": decision.approved, "approver": decision.metadata.get("approver")}
+    return {"approved": True, "approver": "policy"}
+
+
+async def charge(state: dict[str, Any]) -> dict[str, Any]:
+    return {"charged": state["amount"] if state["approved"] else 0}
+
+
+def notify(state: dict[str, Any]) -> dict[str, Any]:
+    verdict = "refunded" if state["charged"] else "refused"
+    return {"message": f"${state['amount']:,} {verdict}"}
+
+
+async def main(args: argparse.Namespace) -> int:
+    async with open_store(args.store) as store:
+        chain = Chain("refund", [validate, approve_refund, charge, notify], store=store)
+        if args.approve or args.reject:
+            decision = Resume(approved=args.approve, metadata={"approver": args.approver})
+            try:
+                result = await chain.resume(args.execution_id, decision)
+            except AlreadyResumed as exc:
+                print(f"Already decided: {exc}")
+                return 2
+        else:
+            result = await chain.run({"amount": args.amount}, execution_id=args.execution_id)
+    if result.status == "paused":
+        pending = result.pending_interrupt
+        assert pending is not None
+        print(f"paused at {pending.agent_path}: {pending.reason} {json.dumps(pending.context)}")
+        print(f"resume it from any process: python {sys.argv[0]} --approve")
+    else:
+        print(f"{result.status}: {json.dumps(result.output)}")
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", default="sqlite:///refunds.db")
+    parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    parser.add_argument("--execution-id", default="refund-abc")
+    parser.add_argument("--amount", type=int, default=50_000)
+    decision = parser.add_mutually_exclusive_group()
+    decision.add_argument("--approve", action="store_true")
+    decision.add_argument("--reject", action="store_true")
+    parser.add_argument("--approver", default="alice")
+    arguments = parser.parse_args()
+    sys.exit(anyio.run(main, arguments, backend=arguments.backend))
