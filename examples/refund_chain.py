@@ -16,7 +16,6 @@ import sys
 from typing import Any
 
 import anyio
-
 from tether.actors import Chain
 from tether.runtime import AlreadyResumed, Resume, idempotent, interrupt
 from tether.stores import open_store

@@ -1,0 +1,248 @@
+"""A 200-node line, one trivial update per node, checkpointed after every node.
+
+    .venv-bench/bin/python -m bench.chain [--rounds 3] [--nodes 200] [--postgres DSN]
+
+Peers in the same run, interleaved round by round (their order shuffled):
+tether `Chain`; fastaiagent 1.94 `Chain` with its SQLite/Postgres checkpointer;
+LangGraph `StateGraph` with `AsyncSqliteSaver`/`AsyncPostgresSaver`, durability
+"sync". Beside them, the floor: the raw driver doing one INSERT+COMMIT of the
+same bytes per node. SQLite runs in WAL at synchronous FULL and NORMAL for every
+peer alike; Postgres with the server's synchronous_commit (on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sqlite3
+import statistics
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import asyncpg
+from tether.actors import Chain
+from tether.stores import PostgresStore, SQLiteStore
+
+UPDATE = {"step": 1, "note": "x" * 40}
+PAYLOAD = json.dumps(UPDATE)
+
+
+def tether_nodes(count: int) -> list[Any]:
+    def make(k: int) -> Any:
+        def node(state: dict[str, Any]) -> dict[str, Any]:
+            return {"step": state.get("step", 0) + 1, "note": UPDATE["note"]}
+
+        node.__name__ = f"n{k}"
+        return node
+
+    return [make(k) for k in range(count)]
+
+
+async def run_tether(store_factory: Callable[[], Any], count: int) -> tuple[float, dict[str, float]]:
+    async with store_factory() as store:
+        chain = Chain("line", tether_nodes(count), store=store)
+        start = time.perf_counter()
+        result = await chain.run({}, execution_id=uuid.uuid4().hex)
+        elapsed = time.perf_counter() - start
+        assert result.status == "completed", result
+        entries = [e for e in await store.read_journal(result.execution_id) if e.label.startswith("node:")]
+        sizes = [len(json.dumps(e.payload)) for e in entries]
+    per_node = {"first 20": statistics.mean(sizes[:20]), "last 20": statistics.mean(sizes[-20:])}
+    return elapsed / count * 1e6, per_node
+
+
+async def run_fastaiagent(kind: str, target: str, synchronous: str, count: int) -> float:
+    from fastaiagent import Chain as FChain, FunctionTool
+    from fastaiagent._internal import storage
+
+    if kind == "sqlite":
+        from fastaiagent import SQLiteCheckpointer
+
+        real_connect = sqlite3.connect
+
+        def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+            conn = real_connect(*args, **kwargs)
+            conn.execute(f"PRAGMA synchronous={synchronous}")  # the same setting as the others
+            return conn
+
+        storage.sqlite3.connect = connect  # type: ignore[attr-defined]
+        checkpointer: Any = SQLiteCheckpointer(target)
+    else:
+        from fastaiagent.checkpointers.postgres import PostgresCheckpointer
+
+        checkpointer = PostgresCheckpointer(target, schema=f"fa_{uuid.uuid4().hex[:8]}")
+    try:
+        checkpointer.setup()
+
+        def step(step: int = 0) -> dict[str, Any]:
+            return {"step": step + 1, "note": UPDATE["note"]}
+
+        chain = FChain("line", checkpointer=checkpointer)
+        for k in range(count):
+            chain.add_node(f"n{k}", tool=FunctionTool(name=f"n{k}", fn=step))
+        for k in range(count - 1):
+            chain.connect(f"n{k}", f"n{k + 1}")
+        start = time.perf_counter()
+        result = await chain.aexecute({"step": 0}, execution_id=uuid.uuid4().hex, trace=False)
+        elapsed = time.perf_counter() - start
+        assert result.status == "completed", result
+        return elapsed / count * 1e6
+    finally:
+        if kind == "sqlite":
+            storage.sqlite3.connect = real_connect  # type: ignore[attr-defined]
+
+
+async def run_langgraph(kind: str, target: str, synchronous: str, count: int) -> float:
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    class State(TypedDict, total=False):
+        step: int
+        note: str
+
+    graph = StateGraph(State)
+    for k in range(count):
+        graph.add_node(f"n{k}", lambda s: {"step": s.get("step", 0) + 1, "note": UPDATE["note"]})
+    graph.add_edge(START, "n0")
+    for k in range(count - 1):
+        graph.add_edge(f"n{k}", f"n{k + 1}")
+    graph.add_edge(f"n{count - 1}", END)
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}, "recursion_limit": count + 10}
+
+    async def timed(saver: Any) -> float:
+        app = graph.compile(checkpointer=saver)
+        start = time.perf_counter()
+        await app.ainvoke({"step": 0}, config, durability="sync")
+        return (time.perf_counter() - start) / count * 1e6
+
+    if kind == "sqlite":
+        import aiosqlite
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        async with aiosqlite.connect(target) as conn:
+            await conn.execute("PRAGMA journal_mode=WAL")
+            await conn.execute(f"PRAGMA synchronous={synchronous}")
+            saver = AsyncSqliteSaver(conn)
+            await saver.setup()
+            return await timed(saver)
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    async with AsyncPostgresSaver.from_conn_string(target) as saver:
+        await saver.setup()
+        return await timed(saver)
+
+
+def sqlite_floor(path: Path, synchronous: str, count: int) -> float:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute("CREATE TABLE IF NOT EXISTS floor (id INTEGER PRIMARY KEY, payload TEXT)")
+    start = time.perf_counter()
+    for _ in range(count):
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO floor (payload) VALUES (?)", (PAYLOAD,))
+        conn.execute("COMMIT")
+    conn.close()
+    return (time.perf_counter() - start) / count * 1e6
+
+
+async def postgres_floor(dsn: str, count: int) -> float:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("CREATE TEMP TABLE floor (id bigserial PRIMARY KEY, payload json)")
+        start = time.perf_counter()
+        for _ in range(count):
+            await conn.execute("INSERT INTO floor (payload) VALUES ($1::json)", PAYLOAD)
+        return (time.perf_counter() - start) / count * 1e6
+    finally:
+        await conn.close()
+
+
+def measure(rounds: int, count: int, dsn: str | None) -> tuple[dict[str, dict[str, list[float]]], dict[str, Any]]:
+    tmp = Path(tempfile.mkdtemp(prefix="tether-chain-bench-"))
+    results: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    growth: dict[str, Any] = {}
+
+    def fresh(name: str) -> Path:
+        return tmp / f"{name}-{uuid.uuid4().hex[:8]}.db"
+
+    for r in range(rounds):
+        for sync in ("FULL", "NORMAL"):
+            config = f"SQLite {sync}"
+            runs: list[tuple[str, Callable[[], Awaitable[float]]]] = [
+                ("fastaiagent", lambda s=sync: run_fastaiagent("sqlite", str(fresh("fa")), s, count)),
+                ("LangGraph", lambda s=sync: run_langgraph("sqlite", str(fresh("lg")), s, count)),
+            ]
+            random.shuffle(runs)
+            for name, job in runs:
+                results[config][name].append(asyncio.run(job()))
+            for backend in ("asyncio", "trio"):
+                us, sizes = anyio.run(
+                    run_tether, lambda s=sync: SQLiteStore(fresh("t"), synchronous=s), count, backend=backend
+                )
+                results[config][f"tether ({backend})"].append(us)
+                growth[f"{config}"] = sizes
+            results[config]["floor: raw INSERT+COMMIT"].append(sqlite_floor(fresh("floor"), sync, count))
+        if dsn:
+            config = "Postgres"
+            runs = [
+                ("fastaiagent", lambda: run_fastaiagent("postgres", dsn, "", count)),
+                ("LangGraph", lambda: run_langgraph("postgres", dsn, "", count)),
+            ]
+            random.shuffle(runs)
+            for name, job in runs:
+                results[config][name].append(asyncio.run(job()))
+            for backend in ("asyncio", "trio"):
+                us, sizes = anyio.run(
+                    run_tether, lambda: PostgresStore(dsn, schema=f"tb_{uuid.uuid4().hex[:8]}"), count,
+                    backend=backend,
+                )
+                results[config][f"tether ({backend})"].append(us)
+                growth[config] = sizes
+            results[config]["floor: raw INSERT+COMMIT"].append(asyncio.run(postgres_floor(dsn, count)))
+        print(f"round {r + 1}/{rounds} done", flush=True)
+    return results, growth
+
+
+def report(results: dict[str, dict[str, list[float]]], growth: dict[str, Any]) -> str:
+    lines = []
+    for config, peers in results.items():
+        tether = statistics.median(peers["tether (asyncio)"])
+        floor = statistics.median(peers["floor: raw INSERT+COMMIT"])
+        lines += [f"\n### {config}\n", "| peer | us per node (median) | x tether (asyncio) | x floor |",
+                  "|---|---|---|---|"]
+        for name, samples in peers.items():
+            us = statistics.median(samples)
+            lines.append(f"| {name} | {us:,.0f} | {us / tether:.2f} | {us / floor:.2f} |")
+        for name in ("fastaiagent", "LangGraph"):
+            if name in peers:
+                lines.append(f"\nratio chain-200 {config} {name}/tether = "
+                             f"{statistics.median(peers[name]) / tether:.2f}")
+        sizes = growth.get(config)
+        if sizes:
+            lines.append(f"\ntether journal bytes per node entry: first 20 nodes {sizes['first 20']:.0f}, "
+                         f"last 20 nodes {sizes['last 20']:.0f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--nodes", type=int, default=200)
+    parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres",
+                        help="admin DSN; each run uses a schema of its own ('' to skip)")
+    args = parser.parse_args()
+    print(report(*measure(args.rounds, args.nodes, args.postgres or None)))
+
+
+if __name__ == "__main__":
+    main()
