@@ -210,7 +210,8 @@ class _ChainActor(Actor[BaseModel]):
         chain = self.chain
         state: dict[str, Any] = dict(message.input or {}) if isinstance(message.input, dict) else {}
         indegree = Counter(edge.dst for edge in chain._edges)
-        reach = chain._reach()
+        # Reachability is only asked about joins; a graph without any needs none of it.
+        reach = chain._reach() if any(n > 1 for n in indegree.values()) else {}
         followed: Counter[_Edge] = Counter()
         ready: list[str] = [chain.entry]
         waiting: set[str] = set()
