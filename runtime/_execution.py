@@ -46,7 +46,6 @@ class ExecutionState:
     outcome: Outcome | None = None
     output: Any = None
     error: BaseException | None = None
-    finishing: bool = False
 
     def end(self, outcome: Outcome, output: Any = None, error: BaseException | None = None) -> None:
         if self.outcome is None:

@@ -50,8 +50,10 @@ class Scenario:
             async with self.make_store() as store:
                 return any(e.label == label for e in await store.read_journal(execution_id))
 
+        # The condition lives in another process's commit: no event crosses that boundary,
+        # so poll the store, bounded by a deadline.
         deadline = time.monotonic() + 30
-        while not anyio.run(recorded):  # a sibling branch's journal entry, written by the other process
+        while not anyio.run(recorded):
             assert time.monotonic() < deadline, f"{label} was never recorded"
             time.sleep(0.02)
 
