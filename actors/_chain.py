@@ -212,6 +212,9 @@ class _ChainActor(Actor[BaseModel]):
         indegree = Counter(edge.dst for edge in chain._edges)
         # Reachability is only asked about joins; a graph without any needs none of it.
         reach = chain._reach() if any(n > 1 for n in indegree.values()) else {}
+        out_edges: dict[str, list[_Edge]] = {}
+        for edge in chain._edges:  # in the order they were added
+            out_edges.setdefault(edge.src, []).append(edge)
         followed: Counter[_Edge] = Counter()
         ready: list[str] = [chain.entry]
         waiting: set[str] = set()
@@ -226,9 +229,7 @@ class _ChainActor(Actor[BaseModel]):
             view = self._view(state)
             targets: list[str] = []
             for node in round_nodes:
-                for edge in chain._edges:
-                    if edge.src != node:
-                        continue
+                for edge in out_edges.get(node, ()):
                     if edge.max_iterations is not None and followed[edge] >= edge.max_iterations:
                         continue
                     if edge.when is None or edge.when(view):
@@ -256,9 +257,12 @@ class _ChainActor(Actor[BaseModel]):
             except Exception as exc:  # noqa: BLE001 - every failure is re-raised in the group below
                 failures.append(exc)
 
-        async with anyio.create_task_group() as tg:
-            for node in nodes:
-                tg.start_soon(run_node, node)
+        if len(nodes) == 1:  # a line: no branch to run beside it
+            await run_node(nodes[0])
+        else:
+            async with anyio.create_task_group() as tg:
+                for node in nodes:
+                    tg.start_soon(run_node, node)
         if failures:
             raise ExceptionGroup(f"chain {self.chain.name!r}: nodes {nodes}", failures)
         return results

@@ -58,6 +58,14 @@ def _outcome(task: asyncio.Task[T]) -> T:
     return task.result()
 
 
+def other_loop_error() -> UsageError:
+    """The error for a store used from an event loop other than the one it opened on."""
+    return UsageError(
+        "This store was opened on another event loop. Open one store per event "
+        "loop, for example with 'async with store:' inside each anyio.run()."
+    )
+
+
 class DriverLoop(ABC):
     """Where a store's driver coroutines run."""
 
@@ -98,10 +106,7 @@ class HostLoop(DriverLoop):
     async def run(self, fn: OpFn[T]) -> T:
         loop = self._loop
         if not self.reachable():
-            raise UsageError(
-                "This store was opened on another event loop. Open one store per event "
-                "loop, for example with 'async with store:' inside each anyio.run()."
-            )
+            raise other_loop_error()
         # An already-cancelled caller starts nothing (this does not yield otherwise).
         await anyio.lowlevel.checkpoint_if_cancelled()
         op = Op()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Awaitable
 from typing import TypeVar
 
 import anyio
@@ -68,9 +69,13 @@ class DriverStore(Store):
     async def _run(self, fn: OpFn[T]) -> T:
         """Run one operation (one transaction) on the driver loop."""
         loop = self._driver_loop or await self._loop()
+        return await self._counted(loop.run(fn))
+
+    async def _counted(self, operation: Awaitable[T]) -> T:
+        """Await an operation that `aclose` must let finish first."""
         self._in_flight += 1
         try:
-            return await loop.run(fn)
+            return await operation
         finally:
             self._in_flight -= 1
             if self._in_flight == 0 and self._drained is not None:

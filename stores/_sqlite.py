@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from . import _json
+from ._bridge import other_loop_error
 from ._driver import DriverStore
 from ._errors import (
     AlreadyResumed,
@@ -48,6 +49,7 @@ from ._models import (
     StartResult,
 )
 from ._protocol import SCHEMA_VERSION, check_limit
+from ._sqlite_worker import run_on_worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -56,7 +58,6 @@ if TYPE_CHECKING:
     import aiosqlite
     from pydantic import JsonValue
 
-    from ._bridge import Op
 
 T = TypeVar("T")
 Synchronous = Literal["FULL", "NORMAL"]
@@ -262,8 +263,19 @@ class SQLiteStore(DriverStore):
             # whole transaction in one crossing needs its queue method.
             return await conn._execute(fn, conn._conn)  # type: ignore[no-untyped-call, no-any-return]
 
+    async def _on_worker(self, fn: Callable[[sqlite3.Connection], T], *, commits: bool) -> T:
+        """Run ``fn`` on the connection's thread straight from the caller's loop."""
+        loop = self._driver_loop or await self._loop()
+        if not loop.reachable():
+            raise other_loop_error()
+        conn = self._conn
+        if conn is None:  # pragma: no cover - guarded by DriverStore
+            raise StoreUnavailable(f"{self!r} is not open")
+        with _map_errors(self.path):
+            return await self._counted(run_on_worker(conn, fn, commits=commits))
+
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._run(lambda op: self._call(fn))
+        return await self._on_worker(fn, commits=False)
 
     async def _write(self, fn: Callable[[sqlite3.Connection, int], T]) -> T:
         """Run ``fn(db, now)`` inside ``BEGIN IMMEDIATE`` .. ``COMMIT``."""
@@ -279,13 +291,9 @@ class SQLiteStore(DriverStore):
                 raise
             return result
 
-        async def op_fn(op: Op) -> T:
-            # Once queued, the function runs to COMMIT or ROLLBACK on its thread;
-            # a cancelled caller waits for that outcome rather than guess it.
-            op.commit()
-            return await self._call(transaction)
-
-        return await self._run(op_fn)
+        # Once queued, the function runs to COMMIT or ROLLBACK on its thread; a
+        # cancelled caller waits for that outcome rather than guess it.
+        return await self._on_worker(transaction, commits=True)
 
     @staticmethod
     def _fence(db: sqlite3.Connection, lease: Lease, now: int, count: int, extra: str = "",
