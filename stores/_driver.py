@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Awaitable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
 from ._bridge import DriverLoop, OpFn, open_driver_loop
 from ._errors import UsageError
 from ._protocol import Store
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
 
 T = TypeVar("T")
 
