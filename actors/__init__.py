@@ -1,18 +1,55 @@
-"""Agent-level actors built on `tether.runtime`: today the durable `Chain`.
+"""Agent-level actors built on `tether.runtime`: the durable `Chain` and `Agent`.
 
 ```python
-from tether.actors import Chain
+from tether.actors import Agent, Chain, FunctionTool, ScriptedLLM, ToolCall
 from tether.runtime import Resume, interrupt
 
 chain = Chain("refund", [validate, approve_refund, charge, notify], store=store)
 result = await chain.run({"amount": 50_000}, execution_id="refund-abc")
+
+agent = Agent(name="refund-bot", llm=ScriptedLLM([ToolCall("approve_refund", {"amount": 50_000}),
+              "Refund processed."]), tools=[FunctionTool(approve_refund)], store=store)
+result = await agent.run("Process a $50k refund.", execution_id="job-1")
 ```
 """
 
+from ._agent import Agent as Agent, MaxTurnsExceeded as MaxTurnsExceeded
 from ._chain import Chain as Chain
+from ._llm import LLM as LLM, ScriptedLLM as ScriptedLLM, ScriptExhausted as ScriptExhausted, Turn as Turn
+from ._messages import (
+    AssistantMessage as AssistantMessage,
+    Message as Message,
+    SystemMessage as SystemMessage,
+    ToolCall as ToolCall,
+    ToolMessage as ToolMessage,
+    ToolSpec as ToolSpec,
+    UserMessage as UserMessage,
+)
+from ._openai import LLMError as LLMError, OpenAIChatLLM as OpenAIChatLLM
+from ._tools import FunctionTool as FunctionTool
 
-__all__ = ("Chain",)
+__all__ = (
+    "LLM",
+    "Agent",
+    "AssistantMessage",
+    "Chain",
+    "FunctionTool",
+    "LLMError",
+    "MaxTurnsExceeded",
+    "Message",
+    "OpenAIChatLLM",
+    "ScriptExhausted",
+    "ScriptedLLM",
+    "SystemMessage",
+    "ToolCall",
+    "ToolMessage",
+    "ToolSpec",
+    "Turn",
+    "UserMessage",
+)
 
 for _name in __all__:
-    globals()[_name].__module__ = __name__
-del _name
+    _obj = globals()[_name]
+    if isinstance(_obj, type):
+        _obj.__module__ = __name__
+del _name, _obj

@@ -30,8 +30,10 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from pydantic import BaseModel, JsonValue
-from tether.runtime import Actor, Resume, RunResult, Runtime, Start, call_scope
+from tether.runtime import Actor, RunResult, Start, call_scope
 from tether.stores import ConfigurationError, Store
+
+from ._runner import Runner
 
 NodeFn = Callable[[Any], Any]
 """A node: a sync or async function of the state returning a dict of updates (or None)."""
@@ -45,7 +47,7 @@ class _Edge:
     max_iterations: int | None
 
 
-class Chain:
+class Chain(Runner):
     """A durable graph of nodes; a list of nodes is a line.
 
     Args:
@@ -161,24 +163,10 @@ class Chain:
 
     async def run(self, input: JsonValue | BaseModel = None, *, execution_id: str) -> RunResult:
         """Run the chain to its end or to a pause; the id is an idempotency key."""
-        self.check()
         data = input.model_dump(mode="json") if isinstance(input, BaseModel) else input
         if self.state_model is not None:
             data = self.state_model.model_validate(data or {}).model_dump(mode="json")
-        async with Runtime(self.store, lease_seconds=self.lease_seconds) as rt:
-            return await rt.run(self._actor, data, execution_id=execution_id, name=self.name)
-
-    async def resume(
-        self,
-        execution_id: str,
-        value: Resume | BaseModel | dict[str, Any] | None = None,
-        *,
-        path: str | None = None,
-    ) -> RunResult:
-        """Resume a paused run with a decision, or recover a crashed one (no value)."""
-        self.check()
-        async with Runtime(self.store, lease_seconds=self.lease_seconds) as rt:
-            return await rt.resume(self._actor, execution_id, value, path=path)
+        return await self._run(data, execution_id)
 
     # -- scheduling (runs inside the chain's actor) ----------------------------------
 

@@ -1,0 +1,86 @@
+"""The LLM an `Agent` talks to: one async method, and a scripted one for tests and demos."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
+
+from tether.stores import UsageError
+
+from ._messages import AssistantMessage, Message, ToolCall, ToolSpec
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+Turn: TypeAlias = str | ToolCall | list[ToolCall] | AssistantMessage
+"""One scripted reply: a final text, one tool call, parallel tool calls, or a whole message."""
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """Anything that answers a conversation with the assistant's next message.
+
+    ``complete`` receives the whole conversation so far and the tools on offer,
+    and returns the next `AssistantMessage`: text, tool calls, or both. It is
+    called at most once per turn of a run, and again for a turn only when a
+    crash interrupted that very call.
+    """
+
+    async def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> AssistantMessage:
+        """Return the assistant's next message."""
+        ...
+
+
+class ScriptExhausted(UsageError):
+    """A `ScriptedLLM` was asked for a turn its script does not have."""
+
+
+class ScriptedLLM:
+    """A deterministic LLM: its replies come from a script, chosen by the conversation.
+
+    The Nth reply is picked by the number of assistant turns already in the
+    conversation it is given, never by a counter in the process: a run resumed
+    in another process gets the same script. ``calls`` counts the calls this
+    object answered, so tests can prove the LLM was not called again.
+
+    Args:
+        script: The turns in order (``"text"``, ``ToolCall(...)``, a list of
+            calls, an `AssistantMessage`), or a function of the conversation
+            returning the next turn.
+
+    Example:
+        ```python
+        llm = ScriptedLLM([ToolCall("approve_refund", {"amount": 50_000}), "Refund processed."])
+        ```
+    """
+
+    def __init__(self, script: Sequence[Turn] | Callable[[list[Message]], Turn]) -> None:
+        self.script = script
+        self.calls = 0
+
+    async def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> AssistantMessage:
+        self.calls += 1
+        if callable(self.script):
+            return as_message(self.script(list(messages)))
+        index = sum(1 for m in messages if isinstance(m, AssistantMessage))
+        if index >= len(self.script):
+            raise ScriptExhausted(
+                f"The script has {len(self.script)} turns and was asked for turn {index + 1}. "
+                f"End it with a final answer (a string) or raise the agent's max_turns."
+            )
+        return as_message(self.script[index])
+
+
+def as_message(turn: Turn) -> AssistantMessage:
+    """One scripted turn as the assistant message it stands for."""
+    if isinstance(turn, AssistantMessage):
+        return turn
+    if isinstance(turn, str):
+        return AssistantMessage(content=turn)
+    if isinstance(turn, ToolCall):
+        return AssistantMessage(tool_calls=[turn])
+    if isinstance(turn, list) and all(isinstance(call, ToolCall) for call in turn):
+        return AssistantMessage(tool_calls=list(turn))
+    raise UsageError(
+        f"A scripted turn is a string, a ToolCall, a list of ToolCalls or an AssistantMessage, "
+        f"not {type(turn).__name__}."
+    )

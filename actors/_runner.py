@@ -1,0 +1,50 @@
+"""What every runner (`Chain`, `Agent`) shares: a root actor driven through a `Runtime`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tether.runtime import Resume, RunResult, Runtime
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel, JsonValue
+    from tether.runtime import Actor
+    from tether.stores import Store
+
+
+class Runner:
+    """A named root actor over a store; `run` starts an execution, `resume` continues one."""
+
+    name: str
+    store: Store
+    lease_seconds: float
+    _actor: type[Actor[Any]]
+
+    def check(self) -> None:
+        """Refuse a definition that cannot run; called before every run and resume."""
+
+    def _typed(self, result: RunResult) -> RunResult:
+        """The result as callers receive it (a runner may type the output)."""
+        return result
+
+    async def _run(self, data: JsonValue, execution_id: str) -> RunResult:
+        self.check()
+        async with Runtime(self.store, lease_seconds=self.lease_seconds) as rt:
+            return self._typed(await rt.run(self._actor, data, execution_id=execution_id, name=self.name))
+
+    async def resume(
+        self,
+        execution_id: str,
+        value: Resume | BaseModel | dict[str, Any] | None = None,
+        *,
+        path: str | None = None,
+    ) -> RunResult:
+        """Resume a paused run with a decision, or recover a crashed one (no value).
+
+        In any process that builds the same runner. With a decision, the pending
+        interrupt (the only one, or the one at ``path``) is claimed atomically:
+        a second resumer gets `AlreadyResumed` and changes nothing.
+        """
+        self.check()
+        async with Runtime(self.store, lease_seconds=self.lease_seconds) as rt:
+            return self._typed(await rt.resume(self._actor, execution_id, value, path=path))

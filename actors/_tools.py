@@ -1,0 +1,110 @@
+"""`FunctionTool`: a Python function an LLM may call, its arguments checked by pydantic."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from typing import TYPE_CHECKING, Any, get_type_hints
+
+import anyio.to_thread
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic_core import to_jsonable_python
+from tether.stores import ConfigurationError
+
+from ._messages import ToolSpec
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+
+class ToolArgumentsError(Exception):
+    """The LLM's arguments for a tool do not fit its signature; told to the LLM, not raised."""
+
+
+class FunctionTool:
+    """A sync or async function offered to an LLM as a tool.
+
+    The JSON schema of its arguments comes from the type hints, its description
+    from the docstring. Arguments are validated before the call: arguments that
+    do not fit go back to the LLM as the tool's result, so it can try again.
+    A sync function runs in a worker thread (``interrupt()`` and ``@idempotent``
+    work there too).
+
+    Args:
+        fn: The function; its parameters are the tool's arguments.
+        name: The tool's name (default: the function's).
+        description: What the LLM is told it does (default: the docstring).
+
+    Example:
+        ```python
+        def approve_refund(amount: int) -> dict:
+            \"\"\"Approve a refund of `amount` dollars.\"\"\"
+            ...
+
+        tool = FunctionTool(approve_refund)
+        tool.spec.parameters["properties"]  # {'amount': {'title': 'Amount', 'type': 'integer'}}
+        ```
+    """
+
+    def __init__(self, fn: Callable[..., Any], name: str | None = None, description: str | None = None) -> None:
+        self.fn = fn
+        self.name: str = name or str(getattr(fn, "__name__", ""))
+        if not self.name or "/" in self.name:
+            raise ConfigurationError(
+                f"A tool needs a name without '/': got {self.name!r}. Pass name= to FunctionTool."
+            )
+        self.arguments = _arguments_model(fn, self.name)
+        self.spec = ToolSpec(
+            name=self.name,
+            description=description if description is not None else inspect.getdoc(fn) or "",
+            parameters=self.arguments.model_json_schema(),
+        )
+        self._is_async = inspect.iscoroutinefunction(fn)
+
+    def __repr__(self) -> str:
+        return f"FunctionTool({self.name!r})"
+
+    def validate(self, arguments: dict[str, Any] | str) -> dict[str, Any]:
+        """The keyword arguments to call with, or `ToolArgumentsError` saying what is wrong."""
+        if isinstance(arguments, str):
+            raise ToolArgumentsError(f"The arguments for {self.name} are not a JSON object: {arguments!r}")
+        try:
+            model = self.arguments.model_validate(arguments)
+        except ValidationError as exc:
+            raise ToolArgumentsError(f"Invalid arguments for {self.name}: {_short(exc)}") from exc
+        return {field: getattr(model, field) for field in type(model).model_fields}
+
+    async def call(self, arguments: dict[str, Any]) -> Any:
+        """Run the function with validated arguments and return its result."""
+        if self._is_async:
+            return await self.fn(**arguments)
+        return await anyio.to_thread.run_sync(lambda: self.fn(**arguments))
+
+
+def result_text(result: Any) -> str:
+    """A tool's result as the text an LLM reads: strings as they are, anything else as JSON."""
+    if isinstance(result, str):
+        return result
+    return json.dumps(to_jsonable_python(result), ensure_ascii=False)
+
+
+def _arguments_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
+    try:
+        signature = inspect.signature(fn)
+        hints = get_type_hints(fn)
+    except (TypeError, ValueError, NameError) as exc:
+        raise ConfigurationError(f"Cannot read the signature of tool {name!r}: {exc}") from exc
+    fields: dict[str, Any] = {}
+    for param in signature.parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+            raise ConfigurationError(
+                f"Tool {name!r} has a parameter {param.name!r} an LLM cannot name ({param.kind.description}); "
+                f"give tools ordinary named parameters."
+            )
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (hints.get(param.name, Any), default)
+    return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+
+
+def _short(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
