@@ -11,7 +11,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 
 @dataclass
@@ -45,7 +45,7 @@ class ChatServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", 0))
                 server.requests.append({"path": self.path, "body": json.loads(self.rfile.read(length))})
                 server.headers.append(dict(self.headers))
@@ -64,7 +64,7 @@ class ChatServer:
                 except OSError:
                     pass  # the client gave up (a timeout test)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 return None
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -73,7 +73,7 @@ class ChatServer:
         # serve_forever notices shutdown() between polls: a short poll keeps teardown quick.
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), daemon=True)
 
-    def __enter__(self) -> ChatServer:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

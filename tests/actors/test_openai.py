@@ -70,7 +70,7 @@ async def test_rate_limits_and_server_errors_are_retried(server: ChatServer) -> 
 
 async def test_retries_run_out(server: ChatServer) -> None:
     server.answers += [Answer(500, {"error": "down"}), Answer(500, {"error": "still down"})]
-    with pytest.raises(LLMError, match="answered 500 .attempt 2.: .*still down") as caught:
+    with pytest.raises(LLMError, match=r"answered 500 \(attempt 2\): .*still down") as caught:
         await llm_for(server, max_retries=1).complete([UserMessage(content="hi")], [])
     assert caught.value.status == 500
     assert len(server.requests) == 2
@@ -78,7 +78,7 @@ async def test_retries_run_out(server: ChatServer) -> None:
 
 async def test_a_client_error_is_not_retried(server: ChatServer) -> None:
     server.answers += [Answer(400, {"error": {"message": "unknown model"}}), text("never")]
-    with pytest.raises(LLMError, match="answered 400.*unknown model"):
+    with pytest.raises(LLMError, match=r"answered 400.*unknown model"):
         await llm_for(server).complete([UserMessage(content="hi")], [])
     assert len(server.requests) == 1
 
