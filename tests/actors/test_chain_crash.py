@@ -3,72 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
-import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
-import anyio
 import pytest
-from tether.stores import PostgresStore, SQLiteStore
+
+from ._crash import Scenario, make_scenario
 
 CHILD = Path(__file__).with_name("_chain_child.py")
 
 
-class Scenario:
-    def __init__(self, url: str, backend: str, extra: list[str], runs: Path, store: Any) -> None:
-        self.url, self.backend, self.extra, self.runs, self.make_store = url, backend, extra, runs, store
-        runs.touch()
-        self.env = {**os.environ, "TETHER_TEST_RUNS": str(runs)}
-
-    def command(self, scenario: str, mode: str) -> list[str]:
-        return [sys.executable, str(CHILD), self.url, self.backend, scenario, mode, scenario, *self.extra]
-
-    def run(self, scenario: str, mode: str) -> Any:
-        done = subprocess.run(self.command(scenario, mode), capture_output=True, text=True, timeout=120,
-                              check=False, env=self.env)
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout.strip().splitlines()[-1])
-
-    def kill_inside(self, scenario: str, block: str, also_recorded: str | None = None) -> None:
-        env = {**self.env, "TETHER_TEST_BLOCK": block}
-        with subprocess.Popen(self.command(scenario, "run"), stdout=subprocess.PIPE, text=True, env=env) as proc:
-            assert proc.stdout is not None
-            assert proc.stdout.readline().strip() == f"in {block.split(':')[0]}"
-            if also_recorded:
-                self.wait_for_record(scenario, also_recorded)
-            proc.send_signal(signal.SIGKILL)
-            proc.communicate(timeout=30)
-        assert proc.returncode == -signal.SIGKILL
-
-    def wait_for_record(self, execution_id: str, label: str) -> None:
-        async def recorded() -> bool:
-            async with self.make_store() as store:
-                return any(e.label == label for e in await store.read_journal(execution_id))
-
-        # The condition lives in another process's commit: no event crosses that boundary,
-        # so poll the store, bounded by a deadline.
-        deadline = time.monotonic() + 30
-        while not anyio.run(recorded):
-            assert time.monotonic() < deadline, f"{label} was never recorded"
-            time.sleep(0.02)
-
-    def counts(self) -> Counter[str]:
-        return Counter(self.runs.read_text().split())
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def scenario(request: pytest.FixtureRequest, tmp_path: Path, anyio_backend: str) -> Scenario:
-    if request.param == "sqlite":
-        db = tmp_path / "chain.db"
-        return Scenario(f"sqlite:///{db}", anyio_backend, [], tmp_path / "runs.txt", lambda: SQLiteStore(db))
-    dsn, schema = request.getfixturevalue("postgres_dsn"), request.getfixturevalue("pg_schema")
-    return Scenario(dsn, anyio_backend, [schema], tmp_path / "runs.txt",
-                    lambda: PostgresStore(dsn, schema=schema))
+    return make_scenario(CHILD, request, tmp_path, anyio_backend)
 
 
 def test_line_killed_in_node_3(scenario: Scenario) -> None:
