@@ -116,7 +116,7 @@ class AlreadyResumed(StoreError):
         self.path = path
         super().__init__(
             f"The interrupt of execution {execution_id!r} at {path!r} was already resumed "
-            f"by someone else. Nothing was changed; `tether show {execution_id}` shows "
+            f"by someone else. Nothing was changed; its journal (store.read_journal) holds "
             f"the decision that was taken."
         )
 

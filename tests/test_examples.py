@@ -97,3 +97,26 @@ def test_refund_chain_pauses_then_completes_in_another_process(tmp_path: Path, b
     late = example("--reject")
     assert late.returncode == 2
     assert "Already decided" in late.stdout
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_refund_agent_pauses_then_completes_in_another_process(tmp_path: Path, backend: str) -> None:
+    def example(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(EXAMPLES / "refund_agent.py"), "--store", f"sqlite:///{tmp_path / 'a.db'}",
+             "--backend", backend, *args],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+
+    first = example()
+    assert first.returncode == 0, first.stderr
+    assert "paused at agent:refund-bot/tool:approve_refund" in first.stdout
+    assert first.stdout.count("paging a manager") == 1
+    approved = example("--approve")
+    assert approved.returncode == 0, approved.stderr
+    assert "completed: Refund processed: refund of $50,000 sent." in approved.stdout
+    assert "paging a manager" not in approved.stdout  # the tool ran again; the page did not
+    assert approved.stdout.count("refunding $50,000") == 1
+    late = example("--reject")
+    assert late.returncode == 2
+    assert "Already decided" in late.stdout
