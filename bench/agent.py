@@ -1,0 +1,301 @@
+"""An agent loop with a scripted LLM: per-turn overhead, checkpointed at every turn.
+
+    .venv-bench/bin/python -m bench.agent [--rounds 3] [--turns 40] [--postgres DSN]
+
+The workload: N turns, each one LLM reply asking for one call of the trivial
+tool `lookup(order) -> str`, then a final text answer; N+1 LLM calls and N tool
+calls, reported as microseconds per turn (elapsed / N). The LLM is free and
+instant, so what is left is each framework's own cost.
+
+Peers in the same run, interleaved round by round (their order shuffled):
+tether `Agent` + `ScriptedLLM`; fastaiagent 1.94 `Agent` + its test double
+`FunctionModel`, with its SQLite/Postgres checkpointer; LangGraph
+`create_react_agent` with a scripted fake chat model and `AsyncSqliteSaver` /
+`AsyncPostgresSaver`, durability "sync". SQLite runs in WAL at synchronous FULL
+and NORMAL for every peer alike; Postgres with the server's synchronous_commit.
+
+Then the storage growth: bytes stored for a 40-turn run over bytes for a 10-turn
+run (linear growth gives 4; a framework storing the whole conversation at every
+checkpoint grows quadratically, towards 16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sqlite3
+import statistics
+import tempfile
+import time
+import uuid
+import warnings
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+from tether.actors import Agent, FunctionTool, ScriptedLLM, ToolCall
+from tether.stores import PostgresStore, SQLiteStore
+
+PROMPT = "Look up the orders."
+
+
+def lookup(order: str) -> str:
+    """Look up an order."""  # LangGraph sends the docstring to the model as the tool's description
+    return f"order {order}: shipped"
+
+
+# --- tether ---------------------------------------------------------------------------------------
+
+
+async def run_tether(store_factory: Callable[[], Any], turns: int) -> tuple[float, int]:
+    """Microseconds per turn, and the journal's bytes (its payloads as JSON)."""
+    llm = ScriptedLLM([ToolCall("lookup", {"order": f"A{k}"}) for k in range(turns)] + ["done"])
+    async with store_factory() as store:
+        agent = Agent(name="bench", llm=llm, tools=[FunctionTool(lookup)], store=store, max_turns=turns + 1)
+        start = time.perf_counter()
+        result = await agent.run(PROMPT, execution_id=uuid.uuid4().hex)
+        elapsed = time.perf_counter() - start
+        assert result.status == "completed", result
+        entries = await store.read_journal(result.execution_id)
+    return elapsed / turns * 1e6, sum(len(json.dumps(e.payload)) for e in entries)
+
+
+# --- fastaiagent ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def fastaiagent_synchronous(synchronous: str) -> Iterator[None]:
+    """Set PRAGMA synchronous on the connections fastaiagent opens (it sets WAL itself)."""
+    from fastaiagent._internal import storage
+
+    real_connect = sqlite3.connect
+
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = real_connect(*args, **kwargs)
+        conn.execute(f"PRAGMA synchronous={synchronous}")  # the same setting as the others
+        return conn
+
+    storage.sqlite3.connect = connect  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        storage.sqlite3.connect = real_connect  # type: ignore[attr-defined]
+
+
+def fastaiagent_responder(turns: int) -> Callable[[list[Any]], Any]:
+    """A `FunctionModel` script: `turns` tool calls, then the answer."""
+    count = 0
+
+    def respond(messages: list[Any]) -> Any:
+        nonlocal count
+        count += 1
+        if count <= turns:
+            return "", [{"name": "lookup", "arguments": {"order": f"A{count - 1}"}}]
+        return "done"
+
+    return respond
+
+
+async def run_fastaiagent(kind: str, target: str, synchronous: str, turns: int) -> float:
+    from fastaiagent import Agent as FAgent, FunctionTool as FTool
+    from fastaiagent.agent import AgentConfig
+    from fastaiagent.testing import FunctionModel
+
+    with fastaiagent_synchronous(synchronous) if kind == "sqlite" else _nothing():
+        if kind == "sqlite":
+            from fastaiagent import SQLiteCheckpointer
+
+            checkpointer: Any = SQLiteCheckpointer(target)
+        else:
+            from fastaiagent.checkpointers.postgres import PostgresCheckpointer
+
+            checkpointer = PostgresCheckpointer(target, schema=f"fa_{uuid.uuid4().hex[:8]}")
+        try:
+            checkpointer.setup()
+            agent = FAgent(
+                name="bench",
+                llm=FunctionModel(fastaiagent_responder(turns)),
+                tools=[FTool(name="lookup", fn=lookup)],
+                checkpointer=checkpointer,  # a row before every LLM call and every tool call
+                config=AgentConfig(max_iterations=turns + 1),
+            )
+            start = time.perf_counter()
+            # trace=False: its tracing writes spans to SQLite too, which the others do not do.
+            result = await agent.arun(PROMPT, execution_id=uuid.uuid4().hex, trace=False)
+            elapsed = time.perf_counter() - start
+            assert result.status == "completed" and result.output == "done", result
+            return elapsed / turns * 1e6
+        finally:
+            checkpointer.close()
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+# --- LangGraph ------------------------------------------------------------------------------------
+
+
+def langgraph_app(turns: int, saver: Any) -> Any:
+    """`create_react_agent` with a chat model replaying `turns` tool calls, then the answer."""
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.messages import AIMessage
+
+    class Scripted(FakeMessagesListChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self  # the script already knows its tool calls
+
+        async def _agenerate(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                             **kwargs: Any) -> Any:
+            # The base class would run the sync _generate in a thread; the others do not pay that.
+            return self._generate(messages, stop, None, **kwargs)
+
+    replies = [AIMessage(content="", tool_calls=[{"name": "lookup", "args": {"order": f"A{k}"}, "id": f"call_{k}"}])
+               for k in range(turns)]
+    model = Scripted(responses=[*replies, AIMessage(content="done")])
+    with warnings.catch_warnings():
+        # Deprecated in favour of langchain.agents.create_agent, which is not installed; still LangGraph 1.2's.
+        warnings.simplefilter("ignore")
+        from langgraph.prebuilt import create_react_agent
+
+        return create_react_agent(model, [lookup], checkpointer=saver)
+
+
+async def run_langgraph(kind: str, target: str, synchronous: str, turns: int) -> float:
+    async def timed(saver: Any) -> float:
+        app = langgraph_app(turns, saver)
+        # Two super-steps a turn (model, tools) and the final model call.
+        config = {"configurable": {"thread_id": uuid.uuid4().hex}, "recursion_limit": 2 * turns + 10}
+        start = time.perf_counter()
+        out = await app.ainvoke({"messages": [("user", PROMPT)]}, config, durability="sync")
+        elapsed = time.perf_counter() - start
+        assert out["messages"][-1].content == "done" and len(out["messages"]) == 2 * turns + 2, out
+        return elapsed / turns * 1e6
+
+    if kind == "sqlite":
+        import aiosqlite
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        async with aiosqlite.connect(target) as conn:
+            await conn.execute("PRAGMA journal_mode=WAL")
+            await conn.execute(f"PRAGMA synchronous={synchronous}")
+            saver = AsyncSqliteSaver(conn)
+            await saver.setup()
+            return await timed(saver)
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    async with AsyncPostgresSaver.from_conn_string(target) as saver:
+        await saver.setup()
+        return await timed(saver)
+
+
+# --- measurement ----------------------------------------------------------------------------------
+
+
+def sqlite_bytes(path: Path, tables: tuple[str, ...]) -> int:
+    """The byte length of every value in the rows of `tables` (the file holds one run)."""
+    conn = sqlite3.connect(path)
+    try:
+        total = 0
+        for table in tables:
+            for row in conn.execute(f"SELECT * FROM {table}"):  # noqa: S608 - our own table names
+                total += sum(len(v) if isinstance(v, bytes) else len(str(v).encode()) for v in row if v is not None)
+        return total
+    finally:
+        conn.close()
+
+
+def measure(rounds: int, turns: int, dsn: str | None) -> dict[str, dict[str, list[float]]]:
+    tmp = Path(tempfile.mkdtemp(prefix="tether-agent-bench-"))
+    results: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+
+    def fresh(name: str) -> Path:
+        return tmp / f"{name}-{uuid.uuid4().hex[:8]}.db"
+
+    def tether_job(factory: Callable[[], Any], backend: str) -> Callable[[], float]:
+        return lambda: anyio.run(run_tether, factory, turns, backend=backend)[0]
+
+    for r in range(rounds):
+        configs: list[tuple[str, str, Callable[[], str], str, Callable[[], Any]]] = [
+            (f"SQLite {sync}", "sqlite", lambda: str(fresh("peer")), sync,
+             lambda s=sync: SQLiteStore(fresh("t"), synchronous=s))
+            for sync in ("FULL", "NORMAL")
+        ]
+        if dsn:
+            configs.append(("Postgres", "postgres", lambda: dsn, "",
+                            lambda: PostgresStore(dsn, schema=f"tb_{uuid.uuid4().hex[:8]}")))
+        for config, kind, target, sync, store_factory in configs:
+            runs: list[tuple[str, Callable[[], float]]] = [
+                ("fastaiagent", lambda k=kind, t=target, s=sync: asyncio.run(run_fastaiagent(k, t(), s, turns))),
+                ("LangGraph", lambda k=kind, t=target, s=sync: asyncio.run(run_langgraph(k, t(), s, turns))),
+                ("tether (asyncio)", tether_job(store_factory, "asyncio")),
+                ("tether (trio)", tether_job(store_factory, "trio")),
+            ]
+            random.shuffle(runs)
+            for name, job in runs:
+                results[config][name].append(job())
+        print(f"round {r + 1}/{rounds} done", flush=True)
+    return results
+
+
+def growth(short: int = 10, long: int = 40) -> dict[str, tuple[int, int]]:
+    """Bytes each framework stores for a `short` and a `long` run (SQLite NORMAL)."""
+    tmp = Path(tempfile.mkdtemp(prefix="tether-agent-growth-"))
+    sizes: dict[str, tuple[int, int]] = {}
+
+    def tether_bytes(turns: int) -> int:
+        path = tmp / f"t-{turns}.db"
+        return anyio.run(run_tether, lambda: SQLiteStore(path, synchronous="NORMAL"), turns)[1]
+
+    def peer_bytes(run: Callable[..., Any], name: str, tables: tuple[str, ...], turns: int) -> int:
+        path = tmp / f"{name}-{turns}.db"
+        asyncio.run(run("sqlite", str(path), "NORMAL", turns))
+        return sqlite_bytes(path, tables)
+
+    sizes["tether (journal payloads as JSON)"] = (tether_bytes(short), tether_bytes(long))
+    sizes["fastaiagent (table checkpoints)"] = tuple(  # type: ignore[assignment]
+        peer_bytes(run_fastaiagent, "fa", ("checkpoints",), n) for n in (short, long))
+    sizes["LangGraph (tables checkpoints + writes)"] = tuple(  # type: ignore[assignment]
+        peer_bytes(run_langgraph, "lg", ("checkpoints", "writes"), n) for n in (short, long))
+    return sizes
+
+
+def report(results: dict[str, dict[str, list[float]]], turns: int, sizes: dict[str, tuple[int, int]]) -> str:
+    lines = []
+    for config, peers in results.items():
+        tether = statistics.median(peers["tether (asyncio)"])
+        lines += [f"\n### {config}, {turns} turns\n",
+                  "| peer | us per turn (median) | min-max | x tether (asyncio) |", "|---|---|---|---|"]
+        for name, samples in sorted(peers.items()):
+            us = statistics.median(samples)
+            lines.append(f"| {name} | {us:,.0f} | {min(samples):,.0f}-{max(samples):,.0f} | {us / tether:.2f} |")
+        for name in ("fastaiagent", "LangGraph"):
+            if name in peers:
+                lines.append(f"\nratio agent-{turns} {config} {name}/tether = "
+                             f"{statistics.median(peers[name]) / tether:.2f}")
+    lines += ["\n### Stored bytes, 40 turns over 10 turns (SQLite)\n",
+              "| peer | bytes at 10 turns | bytes at 40 turns | 40/10 |", "|---|---|---|---|"]
+    for name, (short, long) in sizes.items():
+        lines.append(f"| {name} | {short:,} | {long:,} | {long / short:.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--turns", type=int, default=40)
+    parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres",
+                        help="admin DSN; each run uses a schema of its own ('' to skip)")
+    args = parser.parse_args()
+    results = measure(args.rounds, args.turns, args.postgres or None)
+    print(report(results, args.turns, growth()))
+
+
+if __name__ == "__main__":
+    main()
