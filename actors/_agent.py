@@ -24,14 +24,13 @@ from tether.runtime import Actor, NoState, RunResult, Start, TetherError, call_s
 from tether.runtime._interrupt import Interrupted, Suspended
 from tether.stores import ConfigurationError, Store
 
+from ._llm import LLM
 from ._messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
 from ._runner import Runner
 from ._tools import FunctionTool, ToolArgumentsError, result_text
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-
-    from ._llm import LLM
 
 
 class MaxTurnsExceeded(TetherError):
@@ -75,6 +74,11 @@ class Agent(Runner):
     ) -> None:
         if max_turns < 1:
             raise ConfigurationError(f"max_turns={max_turns}: an agent needs at least one turn.")
+        if not isinstance(llm, LLM):
+            raise ConfigurationError(
+                f"llm={llm!r} has no async complete(messages, tools) method; pass ScriptedLLM, "
+                f"OpenAIChatLLM, or an object with one."
+            )
         self.name = name
         self.llm = llm
         self.store = store
@@ -105,12 +109,12 @@ class Agent(Runner):
             return result
         return result.model_copy(update={"output": self.output_type.model_validate(result.output)})
 
-    def opening(self, input: str) -> list[Message]:
+    def _opening(self, input: str) -> list[Message]:
         """The conversation before the first turn."""
         system: list[Message] = [SystemMessage(content=self.system_prompt)] if self.system_prompt else []
         return [*system, UserMessage(content=input)]
 
-    def answer(self, reply: AssistantMessage) -> tuple[Any, str | None]:
+    def _answer(self, reply: AssistantMessage) -> tuple[Any, str | None]:
         """The final output of a reply without tool calls, or what to tell the LLM instead."""
         text = reply.content or ""
         if self.output_type is None:
@@ -133,15 +137,15 @@ class _AgentActor(Actor[NoState]):
 
     async def receive(self, message: Start) -> None:
         agent = self.agent
-        conversation = agent.opening(str(message.input))
+        conversation = agent._opening(str(message.input))
         for turn in range(1, agent.max_turns + 1):
-            recorded = await self.context.step(f"turn:{turn}", self._ask, turn, conversation)
+            recorded = await self.context.step(f"turn:{turn}", self._ask, turn, list(conversation))
             reply = AssistantMessage.model_validate(recorded)
             conversation.append(reply)
             if reply.tool_calls:
                 conversation.extend(await self._run_tools(turn, reply.tool_calls))
                 continue
-            output, correction = agent.answer(reply)
+            output, correction = agent._answer(reply)
             if correction is None:
                 self.context.finish(output)
                 return

@@ -253,6 +253,8 @@ def test_definitions_are_checked() -> None:
         Agent(name="a", llm=llm, store=store, tools=[approve_refund, FunctionTool(approve_refund)])
     with pytest.raises(ConfigurationError, match="at least one turn"):
         Agent(name="a", llm=llm, store=store, max_turns=0)
+    with pytest.raises(ConfigurationError, match="no async complete"):
+        Agent(name="a", llm="gpt-4o", store=store)  # type: ignore[arg-type]
 
 
 async def test_input_must_be_text(store: Store) -> None:
