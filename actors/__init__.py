@@ -13,9 +13,10 @@ result = await agent.run("Process a $50k refund.", execution_id="job-1")
 ```
 """
 
-from ._agent import Agent as Agent, MaxTurnsExceeded as MaxTurnsExceeded
+from ._agent import Agent as Agent
 from ._chain import Chain as Chain
 from ._llm import LLM as LLM, ScriptedLLM as ScriptedLLM, ScriptExhausted as ScriptExhausted, Turn as Turn
+from ._loop import MaxDelegationsExceeded as MaxDelegationsExceeded, MaxTurnsExceeded as MaxTurnsExceeded
 from ._messages import (
     AssistantMessage as AssistantMessage,
     Message as Message,
@@ -35,6 +36,7 @@ __all__ = (
     "Chain",
     "FunctionTool",
     "LLMError",
+    "MaxDelegationsExceeded",
     "MaxTurnsExceeded",
     "Message",
     "OpenAIChatLLM",

@@ -1,40 +1,31 @@
-"""`Agent`: an LLM turn loop with tools, run as a durable root actor.
+"""`Agent`: an LLM turn loop with tools, run as a durable root actor (or in a team).
 
-Each turn is a durable step of the execution's one message:
-
-- ``turn:N`` journals the assistant message the LLM returned for turn N;
-- ``turn:N/tool:X`` journals the result of tool X called in that turn.
-
-The conversation is rebuilt from those entries on a replay, so a recovered or
-resumed run calls the LLM only for a turn whose reply was never journaled, and
-runs only the tools whose results were never journaled (the one a crash or an
-`interrupt()` stopped). What the journal holds per turn is that turn's delta:
-the cost of a run is linear in its length.
+The loop (`TurnLoop`) journals each turn's assistant message as ``turn:N`` and
+each tool result as ``turn:N/tool:X``. The conversation is rebuilt from those
+entries on a replay, so a recovered or resumed run calls the LLM only for a
+turn whose reply was never journaled, and runs only the tools whose results
+were never journaled (the one a crash or an `interrupt()` stopped). What the
+journal holds per turn is that turn's delta: the cost of a run is linear in its
+length.
 """
 
 from __future__ import annotations
 
-import json
-from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-import anyio
-from pydantic import BaseModel, ValidationError
-from tether.runtime import Actor, NoState, RunResult, Start, TetherError, call_scope
-from tether.runtime._interrupt import Interrupted, Suspended
+from tether.runtime import Actor, NoState, RunResult, Start
 from tether.stores import ConfigurationError, Store
 
 from ._llm import LLM
-from ._messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
+from ._loop import Final, TurnLoop
+from ._messages import Message, SystemMessage, UserMessage
 from ._runner import Runner
-from ._tools import FunctionTool, ToolArgumentsError, result_text
+from ._tools import FunctionTool
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-
-class MaxTurnsExceeded(TetherError):
-    """The LLM took every allowed turn without a final answer; the run fails with this."""
+    from pydantic import BaseModel
 
 
 class Agent(Runner):
@@ -46,7 +37,8 @@ class Agent(Runner):
         llm: What answers each turn (`ScriptedLLM`, `OpenAIChatLLM`, or any `LLM`).
         tools: Functions the LLM may call (plain functions become `FunctionTool`).
         system_prompt: The instructions, sent first in every turn.
-        store: Where its executions are journaled.
+        store: Where its executions are journaled (not needed inside a team: the
+            team's store serves it).
         output_type: A pydantic model the final answer must parse as (JSON);
             ``result.output`` is then an instance of it.
         max_turns: LLM calls allowed per run before it fails with `MaxTurnsExceeded`.
@@ -65,7 +57,7 @@ class Agent(Runner):
         name: str,
         *,
         llm: LLM,
-        store: Store,
+        store: Store | None = None,
         tools: Sequence[FunctionTool | Any] = (),
         system_prompt: str = "",
         output_type: type[BaseModel] | None = None,
@@ -114,20 +106,6 @@ class Agent(Runner):
         system: list[Message] = [SystemMessage(content=self.system_prompt)] if self.system_prompt else []
         return [*system, UserMessage(content=input)]
 
-    def _answer(self, reply: AssistantMessage) -> tuple[Any, str | None]:
-        """The final output of a reply without tool calls, or what to tell the LLM instead."""
-        text = reply.content or ""
-        if self.output_type is None:
-            return text, None
-        try:
-            return self.output_type.model_validate_json(_unfenced(text)).model_dump(mode="json"), None
-        except ValidationError as exc:
-            schema = json.dumps(self.output_type.model_json_schema())
-            return None, (
-                f"Your answer is not valid {self.output_type.__name__} JSON ({exc.error_count()} errors: "
-                f"{exc.errors()[0]['msg']}). Reply with only a JSON object matching this schema: {schema}"
-            )
-
 
 class _AgentActor(Actor[NoState]):
     """Runs one execution of its agent: turns until a final answer or `max_turns`."""
@@ -136,96 +114,6 @@ class _AgentActor(Actor[NoState]):
     agent: Agent
 
     async def receive(self, message: Start) -> None:
-        agent = self.agent
-        conversation = agent._opening(str(message.input))
-        for turn in range(1, agent.max_turns + 1):
-            recorded = await self.context.step(f"turn:{turn}", self._ask, turn, list(conversation))
-            reply = AssistantMessage.model_validate(recorded)
-            conversation.append(reply)
-            if reply.tool_calls:
-                conversation.extend(await self._run_tools(turn, reply.tool_calls))
-                continue
-            output, correction = agent._answer(reply)
-            if correction is None:
-                self.context.finish(output)
-                return
-            conversation.append(UserMessage(content=correction))
-        raise MaxTurnsExceeded(
-            f"Agent {agent.name!r} used all {agent.max_turns} turns without a final answer. "
-            f"Raise max_turns, or tell the LLM (in the system prompt) when to stop calling tools."
-        )
-
-    async def _ask(self, turn: int, conversation: list[Message]) -> dict[str, Any]:
-        reply = await self.agent.llm.complete(conversation, [t.spec for t in self.agent.tools.values()])
-        if not isinstance(reply, AssistantMessage):
-            raise ConfigurationError(
-                f"{type(self.agent.llm).__name__}.complete() returned {type(reply).__name__}; "
-                f"an LLM returns an AssistantMessage."
-            )
-        # Calls get ids before they are journaled, so every replay pairs results the same way.
-        calls = [c if c.id else c.model_copy(update={"id": f"call_{turn}_{i}"})
-                 for i, c in enumerate(reply.tool_calls, 1)]
-        return reply.model_copy(update={"tool_calls": calls}).model_dump(mode="json")
-
-    async def _run_tools(self, turn: int, calls: list[ToolCall]) -> list[ToolMessage]:
-        """Run a turn's calls concurrently; every one settles before anything is raised.
-
-        A call that finished is journaled even when a sibling interrupts or fails,
-        so a resume runs only the calls that have no result yet.
-        """
-        repeated = Counter(call.name for call in calls)
-        results: list[ToolMessage | None] = [None] * len(calls)
-        signals: list[Exception] = []
-
-        async def run_one(index: int, call: ToolCall) -> None:
-            # Calls of one turn run at once, so each needs a name of its own: the tool's,
-            # or with the call's place in the turn when the LLM asked for it twice.
-            segment = f"tool:{call.name}" if repeated[call.name] == 1 else f"tool:{call.name}[{index}]"
-            try:
-                with call_scope(segment):
-                    recorded = await self.context.step(f"turn:{turn}/{segment}", self._call_tool, call)
-                results[index] = ToolMessage.model_validate(recorded)
-            except Exception as exc:  # noqa: BLE001 - interrupts and runtime errors, raised below
-                signals.append(exc)
-
-        if len(calls) == 1:
-            await run_one(0, calls[0])
-        else:
-            async with anyio.create_task_group() as tg:
-                for index, call in enumerate(calls):
-                    tg.start_soon(run_one, index, call)
-        if signals:
-            raise signals[0] if len(signals) == 1 else ExceptionGroup(f"turn {turn} of {self.context.path}", signals)
-        return [result for result in results if result is not None]
-
-    async def _call_tool(self, call: ToolCall) -> dict[str, Any]:
-        """One tool call, as the message the LLM reads; errors are told, not raised."""
-        assert call.id is not None
-        tool = self.agent.tools.get(call.name)
-        try:
-            if tool is None:
-                offered = ", ".join(sorted(self.agent.tools)) or "none"
-                raise ToolArgumentsError(f"There is no tool named {call.name!r}; the tools are: {offered}.")
-            content, is_error = result_text(await tool.call(tool.validate(call.arguments))), False
-        except (Interrupted, Suspended, TetherError):
-            raise  # a pause, or the runtime's own failure: not the tool's answer
-        except Exception as exc:  # noqa: BLE001 - the LLM is told and may try again
-            content, is_error = _error_text(exc), True
-        return ToolMessage(tool_call_id=call.id, name=call.name, content=content, is_error=is_error).model_dump(
-            mode="json"
-        )
-
-
-def _error_text(exc: Exception) -> str:
-    if isinstance(exc, ToolArgumentsError):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _unfenced(text: str) -> str:
-    """A JSON answer without the Markdown code fence LLMs like to put around it."""
-    text = text.strip()
-    if text.startswith("```") and text.endswith("```"):
-        text = text.split("\n", 1)[1] if "\n" in text else ""
-        text = text.rsplit("```", 1)[0]
-    return text.strip()
+        outcome = await TurnLoop(self.context, self.agent).run(self.agent._opening(str(message.input)))
+        assert isinstance(outcome, Final)  # an agent alone has nobody to hand off to
+        self.context.finish(outcome.output)

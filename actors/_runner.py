@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tether.runtime import Resume, RunResult, Runtime
+from tether.stores import ConfigurationError
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, JsonValue
@@ -16,7 +17,7 @@ class Runner:
     """A named root actor over a store; `run` starts an execution, `resume` continues one."""
 
     name: str
-    store: Store
+    store: Store | None
     lease_seconds: float
     _actor: type[Actor[Any]]
 
@@ -27,9 +28,17 @@ class Runner:
         """The result as callers receive it (a runner may type the output)."""
         return result
 
+    def _store(self) -> Store:
+        if self.store is None:
+            raise ConfigurationError(
+                f"{type(self).__name__} {self.name!r} has no store: pass store=SQLiteStore(...) to run it "
+                f"on its own (inside a team, the team's store serves it)."
+            )
+        return self.store
+
     async def _run(self, data: JsonValue, execution_id: str) -> RunResult:
         self.check()
-        async with Runtime(self.store, lease_seconds=self.lease_seconds) as rt:
+        async with Runtime(self._store(), lease_seconds=self.lease_seconds) as rt:
             return self._typed(await rt.run(self._actor, data, execution_id=execution_id, name=self.name))
 
     async def resume(
@@ -46,5 +55,5 @@ class Runner:
         a second resumer gets `AlreadyResumed` and changes nothing.
         """
         self.check()
-        async with Runtime(self.store, lease_seconds=self.lease_seconds) as rt:
+        async with Runtime(self._store(), lease_seconds=self.lease_seconds) as rt:
             return self._typed(await rt.resume(self._actor, execution_id, value, path=path))
