@@ -1,4 +1,4 @@
-"""Agent-level actors built on `tether.runtime`: the durable `Chain` and `Agent`.
+"""Agent-level actors built on `tether.runtime`: `Chain`, `Agent`, `Swarm` and `Supervisor`.
 
 ```python
 from tether.actors import Agent, Chain, FunctionTool, ScriptedLLM, ToolCall
@@ -27,6 +27,13 @@ from ._messages import (
     UserMessage as UserMessage,
 )
 from ._openai import LLMError as LLMError, OpenAIChatLLM as OpenAIChatLLM
+from ._team import (
+    Blackboard as Blackboard,
+    MaxHandoffsExceeded as MaxHandoffsExceeded,
+    Supervisor as Supervisor,
+    Swarm as Swarm,
+    Worker as Worker,
+)
 from ._tools import FunctionTool as FunctionTool
 
 __all__ = (
@@ -35,19 +42,24 @@ __all__ = (
     "AssistantMessage",
     "Chain",
     "FunctionTool",
+    "Blackboard",
     "LLMError",
     "MaxDelegationsExceeded",
+    "MaxHandoffsExceeded",
     "MaxTurnsExceeded",
     "Message",
     "OpenAIChatLLM",
     "ScriptExhausted",
     "ScriptedLLM",
+    "Supervisor",
+    "Swarm",
     "SystemMessage",
     "ToolCall",
     "ToolMessage",
     "ToolSpec",
     "Turn",
     "UserMessage",
+    "Worker",
 )
 
 for _name in __all__:

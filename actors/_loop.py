@@ -260,14 +260,28 @@ class TurnLoop:
             if tool is None:
                 offered = ", ".join(sorted([*tools, *self.handoffs, *self.workers])) or "none"
                 raise ToolArgumentsError(f"There is no tool named {call.name!r}; the tools are: {offered}.")
-            content, is_error = result_text(await tool.call(tool.validate(call.arguments))), False
-        except (Interrupted, Suspended, TetherError):
-            raise  # a pause, or the runtime's own failure: not the tool's answer
-        except Exception as exc:  # noqa: BLE001 - the LLM is told and may try again
+            result = await tool.call(tool.validate(call.arguments))
+        except Exception as exc:
+            if _is_control(exc):
+                raise  # a pause, or the runtime's own failure: not the tool's answer
             content = str(exc) if isinstance(exc, ToolArgumentsError) else f"{type(exc).__name__}: {exc}"
             is_error = True
+        else:
+            try:
+                content, is_error = result_text(result), False
+            except Exception as exc:  # noqa: BLE001 - the tool has run: say so, never "it failed"
+                content = (f"{call.name} ran, but its result could not be encoded as JSON ({type(exc).__name__}: "
+                           f"{exc}). Do not call it again for the same request.")
+                is_error = True
         return ToolMessage(tool_call_id=call.id, name=call.name, content=content,
                            is_error=is_error).model_dump(mode="json")
+
+
+def _is_control(exc: BaseException) -> bool:
+    """An interrupt, a suspension or tether's own error, alone or inside a tool's task group."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_is_control(inner) for inner in exc.exceptions)
+    return isinstance(exc, Interrupted | Suspended | TetherError)
 
 
 def _unfenced(text: str) -> str:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 import httpx
-from tether.stores import TetherError
+from tether.stores import ConfigurationError, TetherError
 
 from ._messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, ToolSpec, UserMessage
 
@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
     from pydantic import JsonValue
 
-RETRIED_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
-"""Answers that say "try again": rate limits, timeouts, and the server's own failures."""
+RETRIED_STATUSES = frozenset({408, 409, 429})
+"""Answers below 500 that say "try again": a timeout, a conflict, a rate limit (and every 5xx)."""
 
 
 class LLMError(TetherError):
@@ -37,8 +37,8 @@ class LLMError(TetherError):
 class OpenAIChatLLM:
     """An `LLM` that calls ``POST {base_url}/chat/completions``.
 
-    Retries 429, 408, 409 and 5xx answers and transport errors (connection
-    refused, timeouts) up to ``max_retries`` times, waiting ``Retry-After`` when
+    Retries 408, 409, 429 and every 5xx answer, and transport errors
+    (connection refused, timeouts), up to ``max_retries`` times, waiting ``Retry-After`` when
     the server says so and an exponential, jittered delay otherwise. Any other
     error answer raises `LLMError` at once, with the server's message.
 
@@ -49,7 +49,7 @@ class OpenAIChatLLM:
         model: The model name sent with each request.
         base_url: The API root, up to and including ``/v1``.
         api_key: Sent as a bearer token (default: ``$OPENAI_API_KEY``; none if unset).
-        timeout: Seconds for each attempt (connect, read, write, pool).
+        timeout: httpx's timeout for each phase of an attempt (connect, each read, write, pool).
         max_retries: Attempts after the first.
         backoff: The first retry's delay in seconds; each next one doubles, to at most 30.
         params: More fields for the request body (``temperature=0``).
@@ -77,6 +77,8 @@ class OpenAIChatLLM:
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.timeout = timeout
+        if max_retries < 0 or timeout <= 0:
+            raise ConfigurationError(f"max_retries={max_retries} and timeout={timeout} must be 0 or more, and positive.")
         self.max_retries = max_retries
         self.backoff = backoff
         self.params = params
@@ -124,8 +126,13 @@ class OpenAIChatLLM:
                 await anyio.sleep(self._delay(attempt, None))
                 continue
             if response.status_code == 200:
-                return response.json()
-            if response.status_code not in RETRIED_STATUSES or last:
+                try:
+                    return response.json()
+                except ValueError as exc:
+                    raise LLMError(f"{self!r} answered 200 with a body that is not JSON: {response.text[:500]}",
+                                   status=200) from exc
+            retried = response.status_code in RETRIED_STATUSES or response.status_code >= 500
+            if not retried or last:
                 raise LLMError(
                     f"{self!r} answered {response.status_code} (attempt {attempt + 1}): {response.text[:500]}",
                     status=response.status_code,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from typing import TYPE_CHECKING, Any, get_type_hints
 
 import anyio.to_thread
@@ -15,6 +16,9 @@ from ._messages import ToolSpec
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class ToolArgumentsError(Exception):
@@ -49,9 +53,10 @@ class FunctionTool:
     def __init__(self, fn: Callable[..., Any], name: str | None = None, description: str | None = None) -> None:
         self.fn = fn
         self.name: str = name or str(getattr(fn, "__name__", ""))
-        if not self.name or "/" in self.name:
+        if not _NAME.fullmatch(self.name):
+            # The chat-completions rule; it also keeps call paths (tool:x, tool:x[1], tool:x#2) unambiguous.
             raise ConfigurationError(
-                f"A tool needs a name without '/': got {self.name!r}. Pass name= to FunctionTool."
+                f"Tool name {self.name!r} is not 1-64 letters, digits, '_' or '-'. Pass name= to FunctionTool."
             )
         self.arguments = _arguments_model(fn, self.name)
         self.spec = ToolSpec(

@@ -20,6 +20,7 @@ a call that raises the cancellation has changed nothing.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
@@ -118,15 +119,15 @@ class HostLoop(DriverLoop):
                 task.cancel()
             # An anyio shield does not stop asyncio's own Task.cancel(): absorb any
             # further requests until the operation has ended, so it is never abandoned.
-            repeated = False
             while not task.done():
                 try:
                     with anyio.CancelScope(shield=True):
                         await asyncio.wait((task,))
                 except asyncio.CancelledError:
-                    repeated = True
-            if task.cancelled() or repeated:
+                    pass
+            if task.cancelled():
                 raise
+            rearm_cancellation()
         return _outcome(task)
 
     async def aclose(self) -> None:
@@ -181,6 +182,22 @@ class ThreadLoop(DriverLoop):
         self._loop.call_soon_threadsafe(self._loop.stop)
         await anyio.to_thread.run_sync(self._thread.join)
         self._loop.close()
+
+
+def rearm_cancellation() -> None:
+    """Make sure a caller whose cancellation was absorbed, to report a commit, still gets it.
+
+    An anyio cancel scope is level-triggered: its next checkpoint raises again.
+    asyncio's own ``Task.cancel()`` is not, so it is requested again here; the
+    caller learns both that the operation committed (it returned) and that it
+    was cancelled (at its next await).
+    """
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        return  # not on asyncio (trio has no cancellation outside its scopes)
+    if task is not None and anyio.current_effective_deadline() != -math.inf:
+        task.cancel()
 
 
 def _threadsafe_waker(event: anyio.Event) -> Callable[[], None]:

@@ -7,7 +7,7 @@ queue with a `_Reply` that the worker thread completes, and that wakes the
 waiting task on whichever loop it runs: one crossing each way, on asyncio and
 on trio alike. The connection is opened and closed through aiosqlite as usual.
 
-The worker's side of the protocol (aiosqlite 0.20-0.22): it takes
+The worker's side of the protocol (aiosqlite 0.22): it takes
 ``(future, function)`` from ``Connection._tx``, runs ``function()``, then calls
 ``future.get_loop().call_soon_threadsafe(set_result_or_exception, future, value)``,
 whose callback checks ``future.done()`` and then sets the value.
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import anyio
 import anyio.lowlevel
 
-from ._bridge import _threadsafe_waker
+from ._bridge import _threadsafe_waker, rearm_cancellation
 
 if TYPE_CHECKING:
     import sqlite3
@@ -80,26 +80,24 @@ async def run_on_worker(
 
     Once queued, ``fn`` runs to its end on that thread whatever happens to the
     caller. So a cancelled caller of a function that ``commits`` waits for the
-    outcome and returns it (the next checkpoint raises the cancellation again);
-    a cancelled read just leaves.
+    outcome and returns it, and its next await raises the cancellation; a
+    cancelled read just leaves.
     """
     await anyio.lowlevel.checkpoint_if_cancelled()
     reply: _Reply[T] = _Reply()
     conn._tx.put_nowait((reply, partial(fn, conn._conn)))  # type: ignore[arg-type]
     try:
         await reply.event.wait()
-    except anyio.get_cancelled_exc_class() as cancelled:
+    except anyio.get_cancelled_exc_class():
         if not commits:
             raise
         # A shield stops anyio's cancellation, not asyncio's own Task.cancel(): absorb
         # those until the outcome is in, so a committed write is never reported lost.
-        again: BaseException | None = None
         while not reply.event.is_set():
             try:
                 with anyio.CancelScope(shield=True):
                     await reply.event.wait()
-            except anyio.get_cancelled_exc_class() as exc:
-                again = exc
-        if again is not None:
-            raise again from cancelled
+            except anyio.get_cancelled_exc_class():
+                pass
+        rearm_cancellation()
     return reply.outcome()

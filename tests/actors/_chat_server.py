@@ -53,7 +53,7 @@ class ChatServer:
                 if answer.hold is not None:
                     server.holds.append(answer.hold)
                     answer.hold.wait(30)
-                payload = json.dumps(answer.body).encode()
+                payload = answer.body if isinstance(answer.body, bytes) else json.dumps(answer.body).encode()
                 try:
                     self.send_response(answer.status)
                     for name, value in {"content-type": "application/json", **answer.headers}.items():

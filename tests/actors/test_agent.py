@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
 from pydantic import BaseModel
 from tether.actors import (
@@ -289,3 +290,35 @@ async def test_the_script_is_chosen_by_the_conversation() -> None:
         await llm.complete([*two, AssistantMessage(content="c")], [])
     with pytest.raises(UsageError, match="not int"):
         await ScriptedLLM(lambda m: 42).complete([user], [])  # type: ignore[arg-type, return-value]
+
+
+async def test_an_interrupt_inside_a_tools_task_group_still_pauses(store: Store) -> None:
+    async def fan_out(amount: int) -> str:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, approve_refund, amount)
+        return "approved in a task group"
+
+    llm = ScriptedLLM([ToolCall("fan_out", {"amount": 20_000}), "done"])
+    agent = Agent(name="grouped", llm=llm, tools=[fan_out], store=store)
+    paused = await agent.run("Go.", execution_id="grouped")
+    assert paused.status == "paused"  # not told to the LLM as an ExceptionGroup
+    assert paused.pending_interrupt is not None
+    assert paused.pending_interrupt.agent_path == "agent:grouped/tool:fan_out"
+    assert (await agent.resume("grouped", Resume(approved=True))).status == "completed"
+
+
+async def test_a_result_that_is_not_json_says_the_tool_ran(store: Store) -> None:
+    def charge() -> object:
+        RUNS["charge"] += 1
+        return object()
+
+    llm = ScriptedLLM(lambda m: m[-1].content if m[-1].role == "tool" else ToolCall("charge"))
+    result = await Agent(name="odd", llm=llm, tools=[charge], store=store).run("Charge.", execution_id="odd")
+    assert result.status == "completed"
+    assert "charge ran, but its result could not be encoded" in result.output
+    assert RUNS["charge"] == 1
+
+
+def test_tool_names_follow_the_protocol() -> None:
+    with pytest.raises(ConfigurationError, match="is not 1-64 letters"):
+        FunctionTool(approve_refund, name="approve#2")

@@ -122,3 +122,11 @@ async def test_every_message_kind_goes_on_the_wire(server: ChatServer) -> None:
     assert json.loads(body["messages"][2]["tool_calls"][0]["function"]["arguments"]) == {"x": 1}
     assert body["tools"] == [{"type": "function", "function": {
         "name": "f", "description": "adds one", "parameters": {"type": "object", "properties": {}}}}]
+
+
+async def test_every_5xx_is_retried_and_a_non_json_answer_is_an_llm_error(server: ChatServer) -> None:
+    server.answers += [Answer(529, {"error": "overloaded"}), Answer(200, b"<html>proxy error</html>")]
+    llm = llm_for(server)
+    with pytest.raises(LLMError, match="not JSON"):
+        await llm.complete([UserMessage(content="hi")], [])
+    assert len(server.requests) == 2

@@ -80,5 +80,32 @@ async def test_repeated_native_cancellation_never_abandons_a_write(tmp_path: Pat
         blocker.close()
         with pytest.raises(asyncio.CancelledError):
             await task
-        # It was cancelled twice, so it says so; but the write had finished first.
+        # The write had finished first; the task still ends cancelled, as asked.
         assert [e.label for e in await store.read_journal("ex")] == ["w"]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # asyncio's own Task.cancel(), once
+async def test_a_native_cancellation_absorbed_for_a_commit_is_delivered_after_it(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "a.db") as store:
+        started = await store.start_execution(NewExecution(execution_id="ex", runner="r", root_path="a"),
+                                              owner="me", lease_seconds=60)
+        lease = started.lease
+        assert lease is not None
+        blocker = sqlite3.connect(tmp_path / "a.db", isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        returned: list[list[int]] = []
+
+        async def append_then_more() -> None:
+            returned.append(await store.append(lease, [NewEntry(path="a", label="w")]))
+            await anyio.sleep_forever()  # the cancellation must land here, not be lost
+
+        task = asyncio.ensure_future(append_then_more())
+        await anyio.wait_all_tasks_blocked()
+        task.cancel()
+        await anyio.wait_all_tasks_blocked()
+        blocker.execute("COMMIT")
+        blocker.close()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert returned == [[1]]  # the append reported its commit...
+        assert [e.label for e in await store.read_journal("ex")] == ["w"]  # ... which is there
