@@ -120,3 +120,30 @@ def test_refund_agent_pauses_then_completes_in_another_process(tmp_path: Path, b
     late = example("--reject")
     assert late.returncode == 2
     assert "Already decided" in late.stdout
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize(("name", "paused_at", "done"), [
+    ("content_swarm.py", "swarm:content_team/agent:analyst/tool:approve_publish",
+     "completed: Report: tide energy, three sources, cleared by the editor."),
+    ("planner_supervisor.py", "supervisor:planner/worker:auditor/tool:approve_refund",
+     "completed: Order R-7 ($42,000, ACME) was looked up and its refund handled."),
+])
+def test_teams_pause_then_complete_in_another_process(tmp_path: Path, backend: str, name: str, paused_at: str,
+                                                      done: str) -> None:
+    def example(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(EXAMPLES / name), "--store", f"sqlite:///{tmp_path / 't.db'}",
+             "--backend", backend, *args],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+
+    first = example()
+    assert first.returncode == 0, first.stderr
+    assert f"paused at {paused_at}" in first.stdout
+    approved = example("--approve")
+    assert approved.returncode == 0, approved.stderr
+    assert done in approved.stdout
+    late = example("--reject")
+    assert late.returncode == 2
+    assert "Already decided" in late.stdout
