@@ -237,3 +237,12 @@ def test_team_definitions_are_checked() -> None:
 async def test_an_agent_without_a_store_says_how_to_run_it() -> None:
     with pytest.raises(ConfigurationError, match="has no store"):
         await Agent("loner", llm=ScriptedLLM(["hi"])).run("hi", execution_id="x")
+
+
+async def test_a_supervisors_own_tool_pauses_at_its_path(store: Store) -> None:
+    boss = Supervisor("planner", llm=ScriptedLLM([ToolCall("approve_refund", {"amount": 1}), "ok"]),
+                      workers=[], tools=[approve_refund], store=store)
+    paused = await boss.run("Go.", execution_id="own-tool")
+    assert paused.pending_interrupt is not None
+    assert paused.pending_interrupt.agent_path == "supervisor:planner/tool:approve_refund"
+    assert (await boss.resume("own-tool", Resume(approved=True))).output == "ok"
