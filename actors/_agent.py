@@ -96,6 +96,10 @@ class Agent(Runner):
             raise ConfigurationError(f"An agent's input is the user's text, a str; got {type(input).__name__}.")
         return await self._run(input, execution_id)
 
+    def definition(self) -> Any:
+        model = self.output_type
+        return {"tools": sorted(self.tools), "output_type": f"{model.__module__}.{model.__qualname__}" if model else None}
+
     def _typed(self, result: RunResult) -> RunResult:
         if self.output_type is None or result.status != "completed":
             return result

@@ -121,6 +121,10 @@ class Chain(Runner):
             raise ConfigurationError(f"max_iterations={max_iterations} must be 0 or more.")
         self._edges.append(_Edge(src, dst, when, max_iterations))
 
+    def definition(self) -> Any:
+        return {"entry": self.entry if self._nodes else None, "nodes": list(self._nodes),
+                "edges": [[e.src, e.dst, e.max_iterations, e.when is not None] for e in self._edges]}
+
     @property
     def entry(self) -> str:
         """The first node."""

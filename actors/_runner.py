@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import TYPE_CHECKING, Any
 
 from tether.runtime import Resume, RunResult, Runtime
@@ -24,6 +26,21 @@ class Runner:
     def check(self) -> None:
         """Refuse a definition that cannot run; called before every run and resume."""
 
+    def definition(self) -> Any:
+        """What a journal depends on (names of nodes, tools, members), not prompts or code."""
+        return None
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of `definition`: stored with each execution, checked on resume."""
+        text = json.dumps([type(self).__name__, self.name, self.definition()], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def _prepare(self) -> type[Actor[Any]]:
+        self.check()
+        self._actor.fingerprint = self.fingerprint  # type: ignore[attr-defined]
+        return self._actor
+
     def _typed(self, result: RunResult) -> RunResult:
         """The result as callers receive it (a runner may type the output)."""
         return result
@@ -37,9 +54,9 @@ class Runner:
         return self.store
 
     async def _run(self, data: JsonValue, execution_id: str) -> RunResult:
-        self.check()
+        actor = self._prepare()
         async with Runtime(self._store(), lease_seconds=self.lease_seconds) as rt:
-            return self._typed(await rt.run(self._actor, data, execution_id=execution_id, name=self.name))
+            return self._typed(await rt.run(actor, data, execution_id=execution_id, name=self.name))
 
     async def resume(
         self,
@@ -54,6 +71,6 @@ class Runner:
         interrupt (the only one, or the one at ``path``) is claimed atomically:
         a second resumer gets `AlreadyResumed` and changes nothing.
         """
-        self.check()
+        actor = self._prepare()
         async with Runtime(self._store(), lease_seconds=self.lease_seconds) as rt:
-            return self._typed(await rt.resume(self._actor, execution_id, value, path=path))
+            return self._typed(await rt.resume(actor, execution_id, value, path=path))

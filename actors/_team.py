@@ -149,6 +149,11 @@ class Swarm(Runner):
         self.members = {n: _member(a, "agent", routes.get(n, ())) for n, a in self.agents.items()}
         self._actor = type(f"Swarm[{name}]", (_SwarmActor,), {"kind": "swarm", "swarm": self})
 
+    def definition(self) -> Any:
+        return {"entrypoint": self.entrypoint,
+                "members": {n: [a.definition(), list(m.peers)] for (n, a), m in
+                            zip(self.agents.items(), self.members.values(), strict=True)}}
+
     async def run(self, input: str, *, execution_id: str) -> RunResult:
         """Give the task to the entrypoint; run until an agent answers or a tool pauses."""
         return await self._run(_text(input, "A swarm"), execution_id)
@@ -246,6 +251,9 @@ class Supervisor(Runner):
             self.workers[worker.role] = worker
         self.members = {role: _member(w.agent, "worker") for role, w in self.workers.items()}
         self._actor = type(f"Supervisor[{name}]", (_SupervisorActor,), {"kind": "supervisor", "supervisor": self})
+
+    def definition(self) -> Any:
+        return {"own": self.agent.definition(), "workers": {r: w.agent.definition() for r, w in self.workers.items()}}
 
     async def run(self, input: str, *, execution_id: str) -> RunResult:
         """Give the supervisor the task; run until it answers or a tool (its own or a worker's) pauses."""

@@ -29,6 +29,8 @@ from ._supervision_types import RestartPolicy, SupervisionStrategy
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from tether.stores import Execution
+
     from ._actor import ActorFactory
     from ._ref import ActorRef
 
@@ -197,7 +199,7 @@ class Runtime:
         owner = self._drive_owner()
         started = await store.start_execution(
             NewExecution(execution_id=execution_id, runner=getattr(factory, "__qualname__", kind),
-                         root_path=root_path, input=input),
+                         root_path=root_path, fingerprint=getattr(factory, "fingerprint", ""), input=input),
             owner=owner, lease_seconds=self._settings.lease_seconds,
         )
         if started.created:
@@ -242,20 +244,39 @@ class Runtime:
             raise ExecutionNotFound(execution_id)
         if execution.finished and value is None:
             return await self.result(execution_id)
-        kind, _, name = execution.root_path.partition(":")
-        if kind != getattr(factory, "kind", "actor"):
-            raise ConfigurationError(
-                f"Execution {execution_id!r} was started by a {kind!r} root ({execution.runner}), "
-                f"not by {getattr(factory, '__qualname__', factory)!r}. Resume it with the same runner."
-            )
+        check_runner(execution, factory)
+        name = execution.root_path.partition(":")[2]
         owner = self._drive_owner()
         if value is not None:
-            decision = await self._validate_decision(execution_id, value, path)
-            # Refused (LeaseHeld, nothing consumed) while another process runs the execution.
-            await store.claim(execution_id, decision, path=path, owner=owner)
-            _faults.reached("after_claim")
+            await self._claim(execution_id, value, path, owner)
         lease = await self._take_over(execution_id, owner)
         return await self._drive(factory, name, lease, None) if lease else await self.result(execution_id)
+
+    async def claim(
+        self, execution_id: str, value: BaseModel | dict[str, Any], *, path: str | None = None
+    ) -> None:
+        """Record a decision for a pending interrupt without continuing the execution here.
+
+        The claim is the same atomic one `resume` makes: afterwards the decision is
+        in the journal, and whichever process next recovers the execution (this
+        one with ``resume(factory, execution_id)``, a worker, another server)
+        carries it out. For servers that answer a request once the decision is
+        safe, and continue the run elsewhere.
+
+        Raises:
+            AlreadyResumed, NoPendingInterrupt, LeaseHeld, ExecutionNotFound: As for `resume`.
+            pydantic.ValidationError: ``value`` is not a valid decision; nothing was claimed.
+        """
+        if await self._store().get_execution(execution_id) is None:
+            raise ExecutionNotFound(execution_id)
+        await self._claim(execution_id, value, path, self._drive_owner())
+
+    async def _claim(self, execution_id: str, value: BaseModel | dict[str, Any], path: str | None,
+                     owner: str) -> None:
+        decision = await self._validate_decision(execution_id, value, path)
+        # Refused (LeaseHeld, nothing consumed) while another process runs the execution.
+        await self._store().claim(execution_id, decision, path=path, owner=owner)
+        _faults.reached("after_claim")
 
     async def _validate_decision(
         self, execution_id: str, value: BaseModel | dict[str, Any], path: str | None
@@ -329,6 +350,28 @@ class Runtime:
         else:
             await self.store.release_lease(holder.lease, status="failed", error=_describe(state.error))
         return await self.result(lease.execution_id)
+
+
+def check_runner(execution: Execution, factory: ActorFactory) -> None:
+    """Refuse to continue an execution with a root it was not started by, or whose definition changed.
+
+    Raises:
+        ConfigurationError: Another kind of root, or a different fingerprint
+            (the runner's nodes, tools or members changed since the run started).
+    """
+    kind = execution.root_path.partition(":")[0]
+    if kind != getattr(factory, "kind", "actor"):
+        raise ConfigurationError(
+            f"Execution {execution.execution_id!r} was started by a {kind!r} root ({execution.runner}), "
+            f"not by {getattr(factory, '__qualname__', factory)!r}. Resume it with the same runner."
+        )
+    fingerprint = getattr(factory, "fingerprint", "")
+    if execution.fingerprint and fingerprint and fingerprint != execution.fingerprint:
+        raise ConfigurationError(
+            f"Execution {execution.execution_id!r} was started by {execution.runner} with definition "
+            f"{execution.fingerprint}; this process has {fingerprint}. Its nodes, tools or members changed, "
+            f"so its journal may not fit: run it with the code that started it, or cancel it."
+        )
 
 
 def _describe(error: BaseException | None) -> str | None:
