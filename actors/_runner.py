@@ -31,6 +31,11 @@ class Runner:
         return None
 
     @property
+    def root_path(self) -> str:
+        """The root actor's path, ``<kind>:<name>`` (``chain:refund``), as stored with each execution."""
+        return f"{self._actor.kind}:{self.name}"
+
+    @property
     def fingerprint(self) -> str:
         """A short hash of `definition`: stored with each execution, checked on resume."""
         text = json.dumps([type(self).__name__, self.name, self.definition()], sort_keys=True)

@@ -253,7 +253,12 @@ class Runtime:
         return await self._drive(factory, name, lease, None) if lease else await self.result(execution_id)
 
     async def claim(
-        self, execution_id: str, value: BaseModel | dict[str, Any], *, path: str | None = None
+        self,
+        execution_id: str,
+        value: BaseModel | dict[str, Any],
+        *,
+        path: str | None = None,
+        seq: int | None = None,
     ) -> None:
         """Record a decision for a pending interrupt without continuing the execution here.
 
@@ -261,7 +266,9 @@ class Runtime:
         in the journal, and whichever process next recovers the execution (this
         one with ``resume(factory, execution_id)``, a worker, another server)
         carries it out. For servers that answer a request once the decision is
-        safe, and continue the run elsewhere.
+        safe, and continue the run elsewhere. ``seq`` pins the suspension the
+        decider saw: a late click for an earlier interrupt at the same path is
+        refused instead of deciding a newer one.
 
         Raises:
             AlreadyResumed, NoPendingInterrupt, LeaseHeld, ExecutionNotFound: As for `resume`.
@@ -269,13 +276,13 @@ class Runtime:
         """
         if await self._store().get_execution(execution_id) is None:
             raise ExecutionNotFound(execution_id)
-        await self._claim(execution_id, value, path, self._drive_owner())
+        await self._claim(execution_id, value, path, self._drive_owner(), seq)
 
     async def _claim(self, execution_id: str, value: BaseModel | dict[str, Any], path: str | None,
-                     owner: str) -> None:
+                     owner: str, seq: int | None = None) -> None:
         decision = await self._validate_decision(execution_id, value, path)
         # Refused (LeaseHeld, nothing consumed) while another process runs the execution.
-        await self._store().claim(execution_id, decision, path=path, owner=owner)
+        await self._store().claim(execution_id, decision, path=path, seq=seq, owner=owner)
         _faults.reached("after_claim")
 
     async def _validate_decision(

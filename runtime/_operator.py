@@ -1,0 +1,267 @@
+"""What an operator does with executions, shared by the CLI and the HTTP API.
+
+An `Operator` reads and acts on one store. Continuing an execution needs the
+code of the runner that started it: `load_app` imports the runners a process
+knows (``--app module:attr``), and each execution's stored root path and
+definition fingerprint pick the one to use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from tether.stores import ConfigurationError, ExecutionNotFound
+
+from ._runtime import Runtime
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+    from tether.stores import Execution, JournalEntry, PendingInterrupt, Store
+
+    from ._execution import RunResult
+
+
+@runtime_checkable
+class Resumable(Protocol):
+    """A runner as the operator surface sees it: a `Chain`, an `Agent`, a `Swarm`, a `Supervisor`."""
+
+    name: str
+    store: Store | None
+
+    @property
+    def root_path(self) -> str:
+        """The root actor's path, ``<kind>:<name>``, as stored with each execution."""
+        ...
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of the definition, as stored with each execution."""
+        ...
+
+    async def resume(self, execution_id: str, value: Any = None, *, path: str | None = None) -> RunResult:
+        """Continue an execution (with a decision, or after a crash)."""
+        ...
+
+
+def load_app(spec: str) -> list[Resumable]:
+    """Import the runners named by ``module:attr`` (one runner, a list of them, or a mapping).
+
+    The current directory is importable, as for ``python -m``.
+
+    Raises:
+        ConfigurationError: The module or attribute is missing, or holds no runner.
+    """
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigurationError(f"--app {spec!r}: give it as module:attr, for example myapp.flows:runners.")
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"--app {spec!r}: cannot import {module_name!r}: {exc}") from exc
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise ConfigurationError(f"--app {spec!r}: {module_name!r} has no {attr!r}.") from None
+    found = list(target.values()) if isinstance(target, Mapping) else \
+        list(target) if isinstance(target, list | tuple) else [target]
+    strays = [repr(item) for item in found if not isinstance(item, Resumable)]
+    if strays or not found:
+        raise ConfigurationError(
+            f"--app {spec!r} must name a runner (Chain, Agent, Swarm, Supervisor), or a list or mapping "
+            f"of them; found {', '.join(strays) or 'nothing'}."
+        )
+    return found
+
+
+@dataclass
+class Timeline:
+    """One execution as an operator reads it."""
+
+    execution: Execution
+    pending: list[PendingInterrupt]
+    entries: list[JournalEntry] = field(default_factory=list)
+
+
+class Operator:
+    """Read and act on the executions of one store.
+
+    Args:
+        store: An open store (or one that opens on first use).
+        runners: The runners this process can continue executions with; they run
+            on this store when they do.
+    """
+
+    def __init__(self, store: Store, runners: list[Resumable] | tuple[Resumable, ...] = ()) -> None:
+        self.store = store
+        self.runners = list(runners)
+
+    async def pending(self, path_prefix: str | None = None, *, limit: int = 1000) -> list[PendingInterrupt]:
+        """Pending interrupts, oldest first, optionally under a path prefix."""
+        return await self.store.list_pending(path_prefix=path_prefix, limit=limit)
+
+    async def executions(self, status: str | None = None, *, limit: int = 100) -> list[Execution]:
+        """Executions, most recently updated first."""
+        found = await self.store.list_executions(status=status, limit=limit)  # type: ignore[arg-type]
+        return sorted(found, key=lambda e: e.updated_at, reverse=True)
+
+    async def show(self, execution_id: str) -> Timeline:
+        """The execution, its pending interrupts and its whole journal.
+
+        Raises:
+            ExecutionNotFound: No such execution.
+        """
+        execution = await self.store.get_execution(execution_id)
+        if execution is None:
+            raise ExecutionNotFound(execution_id)
+        pending = await self.store.list_pending(execution_id=execution_id)
+        return Timeline(execution, pending, await self.store.read_journal(execution_id))
+
+    def runner_for(self, execution: Execution) -> Resumable | None:
+        """The runner that continues ``execution`` here, or None if this process has none.
+
+        Raises:
+            ConfigurationError: A runner of that name is here, but its definition changed.
+        """
+        for runner in self.runners:
+            if runner.root_path != execution.root_path:
+                continue
+            if execution.fingerprint and runner.fingerprint != execution.fingerprint:
+                raise ConfigurationError(
+                    f"Execution {execution.execution_id!r} was started by {execution.root_path} with definition "
+                    f"{execution.fingerprint}; the one loaded here is {runner.fingerprint}. Its nodes, tools or "
+                    f"members changed: continue it with the code that started it, or cancel it."
+                )
+            return runner
+        return None
+
+    async def decide(self, execution_id: str, value: BaseModel | dict[str, Any], *, path: str | None = None,
+                     seq: int | None = None) -> None:
+        """Claim a pending interrupt with a decision (validated first); the run is not continued here."""
+        async with Runtime(self.store) as rt:
+            await rt.claim(execution_id, value, path=path, seq=seq)
+
+    async def carry_on(self, execution_id: str, value: BaseModel | dict[str, Any] | None = None, *,
+                       path: str | None = None) -> RunResult:
+        """Continue an execution in this process: with a decision, or from its journal.
+
+        Raises:
+            ExecutionNotFound: No such execution.
+            ConfigurationError: No runner here for it (pass ``--app``), or its definition changed.
+        """
+        execution = await self.store.get_execution(execution_id)
+        if execution is None:
+            raise ExecutionNotFound(execution_id)
+        runner = self.runner_for(execution)
+        if runner is None:
+            known = ", ".join(r.root_path for r in self.runners) or "none"
+            raise ConfigurationError(
+                f"No runner here for {execution.root_path} (execution {execution_id!r}); this process has: "
+                f"{known}. Pass --app module:attr naming the runner that started it."
+            )
+        runner.store = self.store  # the operator's store is the one that holds this execution
+        return await runner.resume(execution_id, value, path=path)
+
+    async def cancel(self, execution_id: str) -> RunResult:
+        """Stop a paused or crashed execution for good."""
+        async with Runtime(self.store) as rt:
+            return await rt.cancel(execution_id)
+
+    async def prune(self, older_than: timedelta) -> int:
+        """Delete finished executions last updated longer ago than ``older_than``."""
+        return await self.store.prune(older_than=datetime.now(UTC) - older_than)
+
+
+def parse_assignments(assignments: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``["approved=true", "metadata.approver=alice"]`` as ``{"approved": True, "metadata": {"approver": "alice"}}``.
+
+    A value is read as JSON when it parses (``true``, ``3``, ``"x"``, ``[1]``), else kept as text.
+
+    Raises:
+        ConfigurationError: An assignment without ``=``, or one that puts a key inside a plain value.
+    """
+    value: dict[str, Any] = {}
+    for assignment in assignments:
+        key, sep, raw = assignment.partition("=")
+        if not sep or not key:
+            raise ConfigurationError(f"--set {assignment!r}: write it as key=value, e.g. approved=true.")
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError:
+            parsed = raw
+        *parents, last = key.split(".")
+        node = value
+        for parent in parents:
+            child = node.setdefault(parent, {})
+            if not isinstance(child, dict):
+                raise ConfigurationError(f"--set {assignment!r}: {parent!r} is already a plain value.")
+            node = child
+        node[last] = parsed
+    return value
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30d``, ``12h``, ``45m``, ``90s`` as a timedelta.
+
+    Raises:
+        ConfigurationError: Anything else.
+    """
+    match = re.fullmatch(r"(\d+)([dhms])", text.strip())
+    if match is None:
+        raise ConfigurationError(f"{text!r} is not a duration: write it like 30d, 12h, 45m or 90s.")
+    unit = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}[match.group(2)]
+    return timedelta(**{unit: int(match.group(1))})
+
+
+def summarize(entry: JournalEntry, width: int = 100) -> str:
+    """What one journal entry recorded, in a line."""
+    payload: Any = entry.payload
+    if entry.kind == "suspended":
+        text = f"suspended at {payload.get('path')}"
+    elif entry.kind == "resumed":
+        text = f"decision for {entry.path}: {_short(payload.get('value'))}"
+    elif entry.kind == "snapshot":
+        text = "state snapshot"
+    elif entry.label == "inbox":
+        message = payload.get("message", {}) if isinstance(payload, dict) else {}
+        text = f"received {message.get('type', 'a message')} {_short(message.get('data'))}"
+    elif entry.label.startswith("msg:"):
+        reply = payload.get("reply") if isinstance(payload, dict) else None
+        text = "handled" + (f", replied {_short(reply)}" if reply is not None else "")
+    elif isinstance(payload, dict) and "result" in payload:
+        text = _fields(payload["result"])
+    else:
+        text = _fields(payload)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _fields(value: Any) -> str:
+    """A step's result as ``key: value`` pairs, leaving out the empty ones."""
+    if not isinstance(value, dict):
+        return _short(value)
+    shown = [f"{key}: {item if isinstance(item, str) else _short(item)}"
+             for key, item in value.items() if item not in (None, "", [], {}, False)]
+    return ", ".join(shown) or "{}"
+
+
+def age(moment: datetime) -> str:
+    """How long ago ``moment`` was, as ``4s``, ``12m``, ``3h`` or ``2d``."""
+    seconds = max(0, int((datetime.now(UTC) - moment).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _short(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
