@@ -158,5 +158,5 @@ async def test_a_changed_definition_is_refused_on_resume(store: Store) -> None:
     after = Chain("refund", [node("validate"), node("approve_refund"), node("charge")], store=store)
     with pytest.raises(ConfigurationError, match="nodes, tools or members changed"):
         await after.resume("changed", Resume(approved=True))
-    assert len((await store.list_pending(execution_id="changed"))) == 1  # nothing consumed
+    assert len(await store.list_pending(execution_id="changed")) == 1  # nothing consumed
     assert (await before.resume("changed", Resume(approved=True))).status == "completed"
