@@ -53,7 +53,8 @@ class Chain(Runner):
     Args:
         name: The chain's name; its path is ``chain:<name>``.
         nodes: Node functions to add in order, joined into a line.
-        store: Where its executions are journaled.
+        store: Where its executions are journaled (``tether serve`` and the CLI
+            give their own to the runners they load).
         state: A pydantic model for the state; nodes then receive it typed.
         entry: The first node (default: the first added).
         lease_seconds: How long a crashed run's lease outlives its process.
@@ -71,7 +72,7 @@ class Chain(Runner):
         name: str,
         nodes: Sequence[NodeFn] = (),
         *,
-        store: Store,
+        store: Store | None = None,
         state: type[BaseModel] | None = None,
         entry: str | None = None,
         lease_seconds: float = 30.0,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from ._errors import ConfigurationError
 from ._memory import MemoryStore
@@ -19,7 +19,8 @@ def open_store(url: str) -> Store:
 
     - ``sqlite:///relative/app.db`` or ``sqlite:////absolute/app.db``, with an optional
       ``?synchronous=NORMAL``;
-    - ``postgresql://user@host:5432/db`` (or ``postgres://``);
+    - ``postgresql://user@host:5432/db`` (or ``postgres://``), with an optional
+      ``?schema=name`` for tether's tables (the other parameters go to the driver);
     - ``memory://``.
 
     Raises:
@@ -28,7 +29,13 @@ def open_store(url: str) -> Store:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme in ("postgresql", "postgres"):
-        return PostgresStore(url)
+        # tether's own option; every other query parameter is the driver's.
+        query = parse_qs(parts.query, keep_blank_values=True)
+        schema = query.pop("schema", [None])[-1]
+        if schema is None:
+            return PostgresStore(url)
+        rest = urlencode(query, doseq=True)
+        return PostgresStore(urlunsplit(parts._replace(query=rest)), schema=schema)
     if scheme == "memory":
         return MemoryStore()
     if scheme == "sqlite":

@@ -170,6 +170,9 @@ def test_store_urls() -> None:
     assert open_store("sqlite:////tmp/x.db").path == "/tmp/x.db"  # type: ignore[attr-defined]
     assert open_store("sqlite:///a.db?synchronous=normal").synchronous == "NORMAL"  # type: ignore[attr-defined]
     assert isinstance(open_store("postgres://u@h/db"), PostgresStore)
+    scoped = open_store("postgresql://u@h/db?sslmode=disable&schema=tenant_a")
+    assert scoped.schema == "tenant_a"  # type: ignore[attr-defined]
+    assert scoped.dsn == "postgresql://u@h/db?sslmode=disable"  # type: ignore[attr-defined]
     for bad in ("mysql://x/y", "sqlite://", "sqlite:///a.db?synchronous=OFF", "sqlite:///a.db?x=1", "app.db"):
         with pytest.raises(ConfigurationError):
             open_store(bad)

@@ -1,0 +1,26 @@
+"""Runners for the operator tests, loaded with --app tests.operator._flows:runners."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tether.actors import Chain
+from tether.runtime import interrupt
+
+
+def validate(state: dict[str, Any]) -> dict[str, Any]:
+    return {"valid": True}
+
+
+def approve(state: dict[str, Any]) -> dict[str, Any]:
+    decision = interrupt("manager_approval", {"amount": state["amount"], "note": state.get("note", "")})
+    return {"approved": decision.approved, "approver": decision.metadata.get("approver")}
+
+
+def charge(state: dict[str, Any]) -> dict[str, Any]:
+    return {"charged": state["amount"] if state["approved"] else 0}
+
+
+refund = Chain("refund", [validate, approve, charge], lease_seconds=1.0)
+runners = [refund]
+changed = [Chain("refund", [validate, approve], lease_seconds=1.0)]  # a node fewer: another definition
