@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import anyio
 import pytest
@@ -13,10 +14,11 @@ from .conftest import start_paused
 
 APP = "tests.operator._flows:runners"
 PATH = "chain:refund/node:approve"
+Tether = Callable[..., tuple[int, str, str]]
 
 
 @pytest.fixture(params=["asyncio", "trio"])
-def tether(request: pytest.FixtureRequest, url: str, capsys: pytest.CaptureFixture[str]):  # noqa: ANN201
+def tether(request: pytest.FixtureRequest, url: str, capsys: pytest.CaptureFixture[str]) -> Tether:
     """``tether(*args)`` runs the CLI on this store and backend; returns (exit code, stdout, stderr)."""
     def run(*args: str) -> tuple[int, str, str]:
         code = main(["--store", url, "--backend", request.param, *args])
@@ -34,7 +36,7 @@ def pending_paths(url: str) -> list[str]:
     return anyio.run(read)
 
 
-def test_pending_lists_full_paths(tether, url: str) -> None:  # noqa: ANN001
+def test_pending_lists_full_paths(tether: Tether, url: str) -> None:
     start_paused(url, "r-1")
     code, out, _ = tether("pending")
     assert code == 0
@@ -46,7 +48,7 @@ def test_pending_lists_full_paths(tether, url: str) -> None:  # noqa: ANN001
     assert json.loads(out) == []
 
 
-def test_show_tells_the_story(tether, url: str) -> None:  # noqa: ANN001
+def test_show_tells_the_story(tether: Tether, url: str) -> None:
     start_paused(url, "r-2")
     code, out, _ = tether("show", "r-2")
     assert code == 0
@@ -60,7 +62,7 @@ def test_show_tells_the_story(tether, url: str) -> None:  # noqa: ANN001
     assert "ExecutionNotFound" in err
 
 
-def test_resume_decides_continues_and_refuses_a_second(tether, url: str) -> None:  # noqa: ANN001
+def test_resume_decides_continues_and_refuses_a_second(tether: Tether, url: str) -> None:
     start_paused(url, "r-3")
     code, out, _ = tether("resume", "r-3", "--set", "approved=true", "--set", "metadata.approver=alice",
                           "--app", APP)
@@ -71,7 +73,7 @@ def test_resume_decides_continues_and_refuses_a_second(tether, url: str) -> None
     assert "Already resumed" in err
 
 
-def test_bad_decisions_consume_nothing(tether, url: str) -> None:  # noqa: ANN001
+def test_bad_decisions_consume_nothing(tether: Tether, url: str) -> None:
     start_paused(url, "r-4")
     code, _, err = tether("resume", "r-4", "--set", "approved=maybe", "--app", APP)
     assert code == 2
@@ -88,7 +90,7 @@ def test_bad_decisions_consume_nothing(tether, url: str) -> None:  # noqa: ANN00
     assert pending_paths(url) == [PATH]
 
 
-def test_a_decision_without_the_runner_is_recorded_then_carried_on(tether, url: str) -> None:  # noqa: ANN001
+def test_a_decision_without_the_runner_is_recorded_then_carried_on(tether: Tether, url: str) -> None:
     start_paused(url, "r-5")
     code, out, _ = tether("resume", "r-5", "--set", "approved=false")
     assert code == 0
@@ -99,7 +101,7 @@ def test_a_decision_without_the_runner_is_recorded_then_carried_on(tether, url: 
     assert '"approved": false' in out and '"charged": 0' in out
 
 
-def test_cancel_executions_and_prune(tether, url: str) -> None:  # noqa: ANN001
+def test_cancel_executions_and_prune(tether: Tether, url: str) -> None:
     start_paused(url, "r-6")
     code, out, _ = tether("cancel", "r-6")
     assert code == 0
@@ -116,7 +118,7 @@ def test_cancel_executions_and_prune(tether, url: str) -> None:  # noqa: ANN001
     assert "30d" in err
 
 
-def test_app_specs_are_checked(tether) -> None:  # noqa: ANN001
+def test_app_specs_are_checked(tether: Tether) -> None:
     code, _, err = tether("resume", "x", "--app", "tests.operator._flows")
     assert code == 1
     assert "module:attr" in err
