@@ -84,6 +84,7 @@ def create_app(
     operator = Operator(store, runners)
     session = hmac.new(token.encode(), b"tether-session", hashlib.sha256).hexdigest() if token else None
     tasks: list[anyio.abc.TaskGroup] = []
+    settled: dict[str, anyio.Event] = {}
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -132,9 +133,11 @@ def create_app(
             raise ExecutionNotFound(execution_id)
         runner = operator.runner_for(execution)  # refuses a changed definition before claiming
         await operator.decide(execution_id, value, path=path, seq=seq)
-        if runner is not None and tasks:
-            tasks[0].start_soon(carry_on, execution_id)
-        return runner is not None
+        if runner is None or not tasks:
+            return False
+        settled[execution_id] = anyio.Event()
+        tasks[0].start_soon(carry_on, execution_id)
+        return True
 
     async def carry_on(execution_id: str) -> None:
         try:
@@ -142,6 +145,8 @@ def create_app(
             log.info("execution %s continued: %s", execution_id, result.status)
         except Exception:
             log.exception("execution %s could not continue here; a recovery will carry it on", execution_id)
+        finally:
+            settled[execution_id].set()
 
     # -- the API -----------------------------------------------------------------------
 
@@ -242,7 +247,7 @@ def create_app(
     async def home(request: Request) -> Response:
         return RedirectResponse("/approvals", status_code=303)
 
-    return Starlette(lifespan=lifespan, routes=[
+    app = Starlette(lifespan=lifespan, routes=[
         Route("/", home),
         Route("/healthz", health),
         Route("/api/pending", list_pending),
@@ -254,6 +259,10 @@ def create_app(
         Route("/login", login_page),
         Route("/login", login, methods=["POST"]),
     ])
+    # For an embedding application (and tests): the event of each execution this server
+    # is continuing, set once that run has paused, finished or failed here.
+    app.state.settled = settled
+    return app
 
 
 def _problem(status: int, detail: str) -> JSONResponse:
