@@ -86,15 +86,10 @@ class Agent(Runner):
             self.tools[tool.name] = tool
         self._actor = type(f"Agent[{name}]", (_AgentActor,), {"kind": "agent", "agent": self})
 
-    async def run(self, input: str, *, execution_id: str) -> RunResult:
-        """Run the agent on the user's ``input`` to its answer or to a pause.
-
-        The execution id is an idempotency key: running it again returns the
-        stored result (or the pause), and recovers a run whose process died.
-        """
+    def _input(self, input: Any) -> str:
         if not isinstance(input, str):
             raise ConfigurationError(f"An agent's input is the user's text, a str; got {type(input).__name__}.")
-        return await self._run(input, execution_id)
+        return input
 
     def definition(self) -> Any:
         model = self.output_type

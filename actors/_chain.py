@@ -30,7 +30,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from pydantic import BaseModel, JsonValue
-from tether.runtime import Actor, RunResult, Start, call_scope
+from tether.runtime import Actor, Start, call_scope
 from tether.stores import ConfigurationError, Store
 
 from ._runner import Runner
@@ -166,12 +166,11 @@ class Chain(Runner):
         for node in self._nodes:
             visit(node, [])
 
-    async def run(self, input: JsonValue | BaseModel = None, *, execution_id: str) -> RunResult:
-        """Run the chain to its end or to a pause; the id is an idempotency key."""
+    def _input(self, input: Any) -> JsonValue:
         data = input.model_dump(mode="json") if isinstance(input, BaseModel) else input
         if self.state_model is not None:
             data = self.state_model.model_validate(data or {}).model_dump(mode="json")
-        return await self._run(data, execution_id)
+        return data
 
     # -- scheduling (runs inside the chain's actor) ----------------------------------
 

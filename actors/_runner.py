@@ -12,7 +12,7 @@ from tether.stores import ConfigurationError
 if TYPE_CHECKING:
     from pydantic import BaseModel, JsonValue
     from tether.runtime import Actor
-    from tether.stores import Store
+    from tether.stores import Lease, Store
 
 
 class Runner:
@@ -58,10 +58,46 @@ class Runner:
             )
         return self.store
 
-    async def _run(self, data: JsonValue, execution_id: str) -> RunResult:
+    def _input(self, input: Any) -> JsonValue:
+        """The input as journaled, or `ConfigurationError` before anything is written."""
+        return input  # type: ignore[no-any-return]
+
+    async def run(self, input: Any = None, *, execution_id: str) -> RunResult:
+        """Run to the end or to a pause, here; the execution id is an idempotency key."""
+        data = self._input(input)
         actor = self._prepare()
         async with Runtime(self._store(), lease_seconds=self.lease_seconds) as rt:
             return self._typed(await rt.run(actor, data, execution_id=execution_id, name=self.name))
+
+    async def start(self, input: Any = None, *, execution_id: str, detach: bool = True) -> RunResult:
+        """Start an execution; with ``detach`` (the default), record it for a worker and return at once.
+
+        A detached execution is ``queued`` until a worker (``tether worker``) with
+        this runner takes it up. Without ``detach`` this is `run`.
+        """
+        if not detach:
+            return await self.run(input, execution_id=execution_id)
+        data = self._input(input)
+        actor = self._prepare()
+        async with Runtime(self._store(), lease_seconds=self.lease_seconds) as rt:
+            return await rt.enqueue(actor, data, execution_id=execution_id, name=self.name)
+
+    async def submit_resume(
+        self, execution_id: str, value: Resume | BaseModel | dict[str, Any], *, path: str | None = None
+    ) -> None:
+        """Record a decision (claimed exactly once) and leave the run to a worker.
+
+        Raises:
+            AlreadyResumed: Someone decided first; nothing changed.
+        """
+        async with Runtime(self._store(), lease_seconds=self.lease_seconds) as rt:
+            await rt.claim(execution_id, value, path=path)
+
+    async def run_leased(self, lease: Lease) -> RunResult:
+        """Run an execution a worker leased with `Store.take_work` (what `ExecutionWorker` calls)."""
+        actor = self._prepare()
+        async with Runtime(self._store(), lease_seconds=self.lease_seconds) as rt:
+            return self._typed(await rt.drive(actor, lease))
 
     async def resume(
         self,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, Field, JsonValue
-from tether.runtime import Actor, ActorRef, NoState, RunResult, Start, TetherError
+from tether.runtime import Actor, ActorRef, NoState, Start, TetherError
 from tether.stores import ConfigurationError, Store
 
 from ._agent import Agent
@@ -154,9 +154,8 @@ class Swarm(Runner):
                 "members": {n: [a.definition(), list(m.peers)] for (n, a), m in
                             zip(self.agents.items(), self.members.values(), strict=True)}}
 
-    async def run(self, input: str, *, execution_id: str) -> RunResult:
-        """Give the task to the entrypoint; run until an agent answers or a tool pauses."""
-        return await self._run(_text(input, "A swarm"), execution_id)
+    def _input(self, input: Any) -> JsonValue:
+        return _text(input, "A swarm")
 
 
 class _SwarmActor(Actor[NoState]):
@@ -255,9 +254,8 @@ class Supervisor(Runner):
     def definition(self) -> Any:
         return {"own": self.agent.definition(), "workers": {r: w.agent.definition() for r, w in self.workers.items()}}
 
-    async def run(self, input: str, *, execution_id: str) -> RunResult:
-        """Give the supervisor the task; run until it answers or a tool (its own or a worker's) pauses."""
-        return await self._run(_text(input, "A supervisor"), execution_id)
+    def _input(self, input: Any) -> JsonValue:
+        return _text(input, "A supervisor")
 
 
 class _SupervisorActor(Actor[NoState]):

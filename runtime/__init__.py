@@ -39,7 +39,9 @@ from ._interrupt import Resume as Resume, call_scope as call_scope, interrupt as
 from ._ref import ActorRef as ActorRef
 from ._runtime import Runtime as Runtime
 from ._supervision_types import RestartPolicy as RestartPolicy, SupervisionStrategy as SupervisionStrategy
+from ._timers import sleep as sleep, sleep_until as sleep_until
 from ._version import __version__ as __version__
+from ._worker import ExecutionWorker as ExecutionWorker
 
 __all__ = (
     "Actor",
@@ -53,6 +55,7 @@ __all__ = (
     "ConfigurationError",
     "ExecutionFinished",
     "ExecutionNotFound",
+    "ExecutionWorker",
     "LeaseHeld",
     "NoPendingInterrupt",
     "NoState",
@@ -75,4 +78,6 @@ __all__ = (
     "idempotency_key",
     "idempotent",
     "interrupt",
+    "sleep",
+    "sleep_until",
 )

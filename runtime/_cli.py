@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
+import signal
 import sys
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -130,17 +132,21 @@ def show(settings: Settings, execution_id: str, as_json: bool) -> None:
 @click.option("--json", "raw", metavar="JSON", help="The whole decision as a JSON object.")
 @click.option("--path", help="Which pending interrupt, when several are pending.")
 @click.option("--app", metavar="MODULE:ATTR", help="The runner(s) to continue with, importable here.")
+@click.option("--detach", is_flag=True, help="Only record the decision; a worker continues the run.")
 @pass_settings
 def resume(settings: Settings, execution_id: str, assignments: tuple[str, ...], raw: str | None,
-           path: str | None, app: str | None) -> None:
+           path: str | None, app: str | None, detach: bool) -> None:
     """Decide a pending interrupt and continue the run here; with no decision, recover a crashed run.
 
-    Without --app the decision is recorded (exactly once) and the run is left for
-    a process that has the runner: `tether resume ID --app ...` or a worker.
+    With --detach, or without --app, the decision is recorded (exactly once) and
+    the run is left to a process that has the runner: a `tether worker`, or
+    `tether resume ID --app ...`.
     """
     value = _decision(assignments, raw)
-    if value is None and app is None:
-        raise click.UsageError("Recovering a run needs its runner: pass --app module:attr.")
+    if value is None and (app is None or detach):
+        raise click.UsageError("Recovering a run here needs its runner: pass --app module:attr (without --detach).")
+    if detach:
+        app = None
 
     async def job(op: Operator) -> RunResult | None:
         if app is None:
@@ -188,6 +194,46 @@ def serve(settings: Settings, app: str | None, host: str, port: int, token: str 
 
     serve_forever(settings.store, load_app(app) if app else [], host=host, port=port, token=token,
                   backend=settings.backend)
+
+
+@cli.command()
+@click.option("--app", required=True, metavar="MODULE:ATTR", help="The runners whose executions it takes.")
+@click.option("--concurrency", default=4, show_default=True, help="Executions run at once.")
+@click.option("--lease-seconds", default=30.0, show_default=True,
+              help="How long a dead worker's executions wait before another takes them.")
+@click.option("--poll-interval", default=1.0, show_default=True,
+              help="Seconds between looks when no notification comes.")
+@click.option("--grace", default=30.0, show_default=True,
+              help="On SIGTERM, seconds to let running executions finish before handing them back.")
+@pass_settings
+def worker(settings: Settings, app: str, concurrency: int, lease_seconds: float, poll_interval: float,
+           grace: float) -> None:
+    """Run ready executions until SIGTERM: decided, due, detached, or left by a dead process."""
+    from ._worker import ExecutionWorker
+
+    runners = load_app(app)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def main() -> None:
+        async with open_store(settings.store) as store, ExecutionWorker(
+            store, runners, concurrency=concurrency, lease_seconds=lease_seconds, poll_interval=poll_interval,
+        ) as running:
+            logging.getLogger("tether.worker").info(
+                "worker %s on %s for %s", running.name, settings.store, ", ".join(r.root_path for r in runners))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_stop_on_signal, running)
+                await running.serve(grace=grace)
+                tg.cancel_scope.cancel()
+
+    anyio.run(main, backend=settings.backend)
+
+
+async def _stop_on_signal(running: Any) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            logging.getLogger("tether.worker").info("stopping: no new work, finishing what runs")
+            running.stop()
+            return
 
 
 @cli.command()

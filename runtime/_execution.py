@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 from tether.stores import ExecutionStatus, PendingInterrupt
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from ._journal import LeaseHolder
 
 
@@ -46,8 +48,15 @@ class ExecutionState:
     outcome: Outcome | None = None
     output: Any = None
     error: BaseException | None = None
+    wake: datetime | None = None
+    """The earliest durable timer of the actors that parked: when a worker should resume."""
+    lost: bool = False
+    """The lease was taken over: nothing more may be written, not even the outcome."""
 
     def end(self, outcome: Outcome, output: Any = None, error: BaseException | None = None) -> None:
         if self.outcome is None:
             self.outcome, self.output, self.error = outcome, output, error
             self.done.set()
+
+    def wake_at(self, due: datetime) -> None:
+        self.wake = due if self.wake is None else min(self.wake, due)

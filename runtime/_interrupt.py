@@ -13,6 +13,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
@@ -40,12 +41,23 @@ class Resume(BaseModel):
 class Interrupted(Exception):
     """Raised by `interrupt()` to suspend; the runtime catches it. Do not catch it."""
 
-    def __init__(self, path: str, reason: str, context: JsonValue, expect: type[BaseModel]) -> None:
+    def __init__(self, path: str, reason: str, context: JsonValue, expect: type[BaseModel],
+                 deadline: datetime | None = None, default: JsonValue = None) -> None:
         super().__init__(f"interrupted at {path}: {reason}")
         self.path = path
         self.reason = reason
         self.context = context
         self.expect = model_name(expect)
+        self.deadline = deadline
+        self.default = default
+
+
+class Parked(Exception):
+    """Raised by a durable `sleep` that is not due yet; the runtime catches it. Do not catch it."""
+
+    def __init__(self, due: datetime) -> None:
+        super().__init__(f"parked until {due.isoformat()}")
+        self.due = due
 
 
 def model_name(model: type[BaseModel]) -> str:
@@ -122,7 +134,14 @@ def current_segment() -> str | None:
     return _segment.get()
 
 
-def interrupt(reason: str, context: JsonValue = None, *, expect: type[BaseModel] = Resume) -> Any:
+def interrupt(
+    reason: str,
+    context: JsonValue = None,
+    *,
+    expect: type[BaseModel] = Resume,
+    timeout: timedelta | None = None,
+    default: BaseModel | dict[str, Any] | None = None,
+) -> Any:
     """Suspend the execution until a decision arrives, or return the decision.
 
     Call it from a handler of a durable actor in an execution, or from a tool or
@@ -134,12 +153,18 @@ def interrupt(reason: str, context: JsonValue = None, *, expect: type[BaseModel]
         context: JSON the decider sees (``{"amount": 50_000}``).
         expect: The model the decision must validate as; a value that does not is
             refused before it consumes the pending interrupt.
+        timeout: An approval deadline: when nobody has decided by then, a worker
+            (``tether worker``) claims it with ``default``, exactly as a person would,
+            and the journal says it was the deadline.
+        default: The decision the deadline takes (required with ``timeout``).
 
     Returns:
         The decision, as an ``expect`` instance (a `Resume` by default).
 
     Raises:
         UsageError: Not inside a durable actor of an execution.
+        ConfigurationError: ``timeout`` without a ``default``, or a ``default`` that
+            does not fit ``expect``.
     """
     scope = current_call.get()
     if scope is None:
@@ -156,4 +181,18 @@ def interrupt(reason: str, context: JsonValue = None, *, expect: type[BaseModel]
             return expect.model_validate(value)
         except ValidationError as exc:  # validated before the claim; here only if code changed
             raise ConfigurationError(f"The decision for {path!r} does not fit {expect.__name__}: {exc}") from exc
-    raise Interrupted(path, reason, context, expect)
+    deadline = fallback = None
+    if timeout is not None:
+        if default is None:
+            raise ConfigurationError(
+                f"interrupt({reason!r}, timeout=...) needs default=: the decision taken when nobody "
+                f"decides in time, e.g. default=Resume(approved=False)."
+            )
+        try:
+            fallback = expect.model_validate(
+                default.model_dump(mode="json") if isinstance(default, BaseModel) else default
+            ).model_dump(mode="json")
+        except ValidationError as exc:
+            raise ConfigurationError(f"default= does not fit {expect.__name__}: {exc}") from exc
+        deadline = datetime.now(UTC) + timeout
+    raise Interrupted(path, reason, context, expect, deadline, fallback)

@@ -24,6 +24,7 @@ from . import _delta
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from datetime import datetime
 
 PROCESS_OWNER = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 """This process's identity as a lease owner."""
@@ -152,12 +153,14 @@ class ActorJournal:
             self.asks[ask_id] = (inbox_seq, True, reply)  # type: ignore[assignment]
 
     async def record_suspension(self, inbox_seq: int | None, state: dict[str, Any], path: str,
-                                reason: str, context: Any, expect: str) -> None:
+                                reason: str, context: Any, expect: str, deadline: datetime | None = None,
+                                default: Any = None) -> None:
         entries = [self._snapshot(state),
                    NewEntry(path=self.path, label="suspended", kind="suspended",
                             payload={"inbox": inbox_seq, "path": path, "expect": expect})]
+        interrupt = NewInterrupt(path=path, reason=reason, context=context, deadline=deadline, default=default)
         try:
-            await self.store.suspend(self.lease, entries, NewInterrupt(path=path, reason=reason, context=context))
+            await self.store.suspend(self.lease, entries, interrupt)
         except DuplicateInterrupt:
             pass  # still pending from before: handled again, it asks again for the same decision
 

@@ -24,7 +24,7 @@ from ._runtime import Runtime
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
-    from tether.stores import Execution, JournalEntry, PendingInterrupt, Store
+    from tether.stores import Execution, JournalEntry, Lease, PendingInterrupt, Store
 
     from ._execution import RunResult
 
@@ -48,6 +48,10 @@ class Resumable(Protocol):
 
     async def resume(self, execution_id: str, value: Any = None, *, path: str | None = None) -> RunResult:
         """Continue an execution (with a decision, or after a crash)."""
+        ...
+
+    async def run_leased(self, lease: Lease) -> RunResult:
+        """Run an execution a worker leased."""
         ...
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, Self
@@ -13,8 +14,11 @@ from tether.stores import (
     ExecutionFinished,
     ExecutionNotFound,
     Lease,
+    LeaseHeld,
     NewExecution,
+    StaleLease,
     Store,
+    StoreError,
     UsageError,
 )
 
@@ -249,7 +253,13 @@ class Runtime:
         owner = self._drive_owner()
         if value is not None:
             await self._claim(execution_id, value, path, owner)
-        lease = await self._take_over(execution_id, owner)
+        try:
+            lease = await self._take_over(execution_id, owner)
+        except LeaseHeld:
+            if value is None:
+                raise
+            # A worker took the decided execution up first: it carries the decision out.
+            return await self.result(execution_id)
         return await self._drive(factory, name, lease, None) if lease else await self.result(execution_id)
 
     async def claim(
@@ -335,28 +345,97 @@ class Runtime:
                          error=execution.error)
 
     async def _drive(self, factory: ActorFactory, name: str, lease: Lease, start: Start | None) -> RunResult:
-        """Run the execution's tree until it finishes, pauses or fails, then give up the lease."""
+        """Run the execution's tree until it finishes, pauses or fails, then give up the lease.
+
+        The lease is renewed in the background. If another process took it over
+        (this one paused too long, or was cut off), the tree stops: its writes
+        are refused anyway, and the result is whatever the other process makes.
+        """
         assert self._root is not None
         assert self.store is not None
         state = ExecutionState(lease.execution_id, LeaseHolder(self.store, lease))
         group = Group(self._root._tg, "", SupervisionStrategy.ONE_FOR_ONE, 0, 1.0, self._settings, state)
         try:
-            root = await group.start_child(factory, name, restart="temporary", durable=True, root=True)
-            if start is not None:
-                await root.send(start)
-            await state.done.wait()
-        finally:
+            async with anyio.create_task_group() as renewal:
+                renewal.start_soon(self._keep_lease, state)
+                root = await group.start_child(factory, name, restart="temporary", durable=True, root=True)
+                if start is not None:
+                    await root.send(start)
+                await state.done.wait()
+                renewal.cancel_scope.cancel()
+        except BaseException:
             with anyio.CancelScope(shield=True):
                 await group.stop_all()
                 group.close()
+                if not state.lost:
+                    # Stopped from outside (a worker shutting down): hand the lease back, so
+                    # another process continues from the journal at once, not at expiry.
+                    with contextlib.suppress(StoreError):
+                        await self.store.release_lease(state.holder.lease)
+            raise
+        with anyio.CancelScope(shield=True):
+            await group.stop_all()
+            group.close()
+        if state.lost:
+            return await self.result(lease.execution_id)
+        release = self.store.release_lease
         holder = state.holder
-        if state.outcome == "completed":
-            await self.store.release_lease(holder.lease, status="completed", result=state.output)
-        elif state.outcome == "paused":
-            await self.store.release_lease(holder.lease, status="paused")
-        else:
-            await self.store.release_lease(holder.lease, status="failed", error=_describe(state.error))
+        try:
+            if state.outcome == "completed":
+                await release(holder.lease, status="completed", result=state.output)
+            elif state.outcome == "paused":
+                await release(holder.lease, status="paused", wake_at=state.wake)
+            else:
+                await release(holder.lease, status="failed", error=_describe(state.error))
+        except StaleLease:
+            pass  # taken over meanwhile: the other process decides the outcome
         return await self.result(lease.execution_id)
+
+    async def _keep_lease(self, state: ExecutionState) -> None:
+        try:
+            await state.holder.keep(self._settings.lease_seconds)
+        except StaleLease as exc:
+            state.lost = True
+            state.end("failed", error=exc)
+
+    async def drive(self, factory: ActorFactory, lease: Lease) -> RunResult:
+        """Run an execution that `Store.take_work` leased to this process (what workers do).
+
+        A queued execution starts; any other continues from its journal, with the
+        decisions recorded for it.
+
+        Raises:
+            ConfigurationError: ``factory`` did not start it, or its definition changed.
+        """
+        store = self._store()
+        execution = await store.get_execution(lease.execution_id)
+        if execution is None:
+            raise ExecutionNotFound(lease.execution_id)
+        check_runner(execution, factory)
+        started = bool(await store.read_journal(lease.execution_id, limit=1))
+        start = None if started else Start(input=execution.input)
+        return await self._drive(factory, execution.root_path.partition(":")[2], lease, start)
+
+    async def enqueue(
+        self,
+        factory: ActorFactory,
+        input: JsonValue = None,
+        *,
+        execution_id: str,
+        name: str | None = None,
+    ) -> RunResult:
+        """Record an execution for a worker to start, and return at once (``queued``).
+
+        The id is an idempotency key, as for `run`: enqueuing it again returns
+        where it stands.
+        """
+        kind = getattr(factory, "kind", "actor")
+        await self._store().enqueue_execution(
+            NewExecution(execution_id=execution_id, runner=getattr(factory, "__qualname__", kind),
+                         root_path=segment(kind, name or kind), fingerprint=getattr(factory, "fingerprint", ""),
+                         input=input),
+        )
+        return await self.result(execution_id)
 
 
 def check_runner(execution: Execution, factory: ActorFactory) -> None:

@@ -26,7 +26,7 @@ from ._actor import Actor, ActorContext, ActorFactory, segment
 from ._errors import ActorCrashed, ActorStopped, SupervisionEscalated
 from ._execution import ExecutionState, Start
 from ._idempotent import Step, current_step
-from ._interrupt import CallScope, Interrupted, Suspended, current_call
+from ._interrupt import CallScope, Interrupted, Parked, Suspended, current_call
 from ._journal import ActorJournal, MessageCodec
 from ._ref import ActorRef, Envelope, Reply
 from ._supervision_types import RestartPolicy, SupervisionStrategy
@@ -242,7 +242,10 @@ class Slot:
         for signal in signals:
             if isinstance(signal, Interrupted):  # the innermost actor records the pending row
                 await self.journal.record_suspension(envelope.inbox_seq, before, signal.path,
-                                                     signal.reason, signal.context, signal.expect)
+                                                     signal.reason, signal.context, signal.expect,
+                                                     signal.deadline, signal.default)
+            elif isinstance(signal, Parked) and self.execution is not None:
+                self.execution.wake_at(signal.due)  # a durable sleep: no row, a time to wake
         self.parked = envelope
         suspended = Suspended(self.path)
         waiting = envelope.reply is not None or bool(self.waiters.get(envelope.inbox_seq or 0))
@@ -483,7 +486,7 @@ def _unwrap(error: BaseException) -> BaseException:
 
 def _suspension_signals(error: BaseException) -> list[Exception] | None:
     """The interrupt signals an error consists of, or None if it is a real failure."""
-    if isinstance(error, Interrupted | Suspended):
+    if isinstance(error, Interrupted | Suspended | Parked):
         return [error]
     if isinstance(error, BaseExceptionGroup):
         found: list[Exception] = []

@@ -202,15 +202,20 @@ def rearm_cancellation() -> None:
 
 def _threadsafe_waker(event: anyio.Event) -> Callable[[], None]:
     """Return a callable that any thread may call to set ``event`` without blocking."""
+    return threadsafe_caller(event.set)
+
+
+def threadsafe_caller(fn: Callable[[], object]) -> Callable[[], None]:
+    """Return a callable that any thread may call to run ``fn`` soon on the current event loop."""
     try:
         host = asyncio.get_running_loop()
     except RuntimeError:
         import trio
 
         token = trio.lowlevel.current_trio_token()
-        return lambda: token.run_sync_soon(event.set)
+        return lambda: token.run_sync_soon(fn)
 
-    def wake() -> None:
-        host.call_soon_threadsafe(event.set)
+    def call() -> None:
+        host.call_soon_threadsafe(fn)
 
-    return wake
+    return call

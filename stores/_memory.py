@@ -47,6 +47,10 @@ def _ts(value: float) -> datetime:
     return datetime.fromtimestamp(value, UTC)
 
 
+_Pending = tuple[str, str, int, float, datetime | None, str]
+"""A pending row: reason, context JSON, seq, created at, deadline, default JSON."""
+
+
 @dataclass
 class _Run:
     """One execution's rows. Values are kept as JSON text, as a database would."""
@@ -55,7 +59,7 @@ class _Run:
     input_json: str
     next_seq: int = 1
     journal: list[tuple[int, str, str, str, str, float]] = field(default_factory=list)
-    pending: dict[str, tuple[str, str, int, float]] = field(default_factory=dict)
+    pending: dict[str, _Pending] = field(default_factory=dict)
     records: dict[str, tuple[str, float]] = field(default_factory=dict)
 
 
@@ -114,22 +118,58 @@ class MemoryStore(Store):
     async def start_execution(
         self, new: NewExecution, *, owner: str, lease_seconds: float
     ) -> StartResult:
+        return await self._create(new, owner, lease_seconds)
+
+    async def enqueue_execution(self, new: NewExecution) -> StartResult:
+        return await self._create(new, None, 0.0)
+
+    async def _create(self, new: NewExecution, owner: str | None, lease_seconds: float) -> StartResult:
         input_json = _json.dumps(new.input, what="the execution's input")
         await self._enter()
         existing = self._runs.get(new.execution_id)
         if existing is not None:
             return StartResult(execution=existing.execution, created=False)
         now = time.time()
+        leased = owner is not None
         execution = Execution(
             execution_id=new.execution_id, runner=new.runner, root_path=new.root_path,
-            fingerprint=new.fingerprint, status="running", input=_json.loads(input_json),
-            lease_owner=owner, lease_expires_at=_ts(now + lease_seconds), lease_epoch=1,
+            fingerprint=new.fingerprint, status="running" if leased else "queued", input=_json.loads(input_json),
+            lease_owner=owner, lease_expires_at=_ts(now + lease_seconds) if leased else None,
+            lease_epoch=1 if leased else 0, wake_at=None if leased else _ts(now),
             created_at=_ts(now), updated_at=_ts(now),
         )
         self._runs[new.execution_id] = _Run(execution, input_json)
+        if owner is None:
+            return StartResult(execution=execution, created=True)
         lease = Lease(execution_id=new.execution_id, owner=owner, epoch=1,
                       expires_at=_ts(now + lease_seconds))
         return StartResult(execution=execution, created=True, lease=lease)
+
+    async def take_work(
+        self, *, owner: str, lease_seconds: float, limit: int, roots: Sequence[str] | None = None
+    ) -> list[Lease]:
+        check_limit(limit)
+        await self._enter()
+        now = _ts(time.time())
+
+        def due(ex: Execution) -> bool:
+            if roots is not None and ex.root_path not in roots:
+                return False
+            if ex.status in ("queued", "paused"):
+                return ex.wake_at is not None and ex.wake_at <= now
+            return ex.status == "running" and (ex.lease_expires_at is None or ex.lease_expires_at <= now)
+
+        ready = sorted((r for r in self._runs.values() if due(r.execution)),
+                       key=lambda r: r.execution.wake_at or r.execution.lease_expires_at or now)
+        leases = []
+        for run in ready[:limit]:
+            ex = run.execution
+            lease = Lease(execution_id=ex.execution_id, owner=owner, epoch=ex.lease_epoch + 1,
+                          expires_at=_ts(time.time() + lease_seconds))
+            self._update(run, lease_owner=owner, lease_expires_at=lease.expires_at, lease_epoch=lease.epoch,
+                         status="running", wake_at=None, updated_at=now)
+            leases.append(lease)
+        return leases
 
     async def get_execution(self, execution_id: str) -> Execution | None:
         await self._enter()
@@ -187,6 +227,7 @@ class MemoryStore(Store):
         result: JsonValue = None,
         error: str | None = None,
         entries: Sequence[NewEntry] = (),
+        wake_at: datetime | None = None,
     ) -> list[int]:
         rows = entry_rows(entries)
         final = status in FINAL_STATUSES
@@ -195,7 +236,7 @@ class MemoryStore(Store):
         run = self._fenced(lease)
         now = time.time()
         changes: dict[str, object] = {"lease_owner": None, "lease_expires_at": None,
-                                      "updated_at": _ts(now)}
+                                      "updated_at": _ts(now), "wake_at": None if final else wake_at}
         if status is not None:
             changes["status"] = status
         if final:
@@ -241,10 +282,9 @@ class MemoryStore(Store):
         now = time.time()
         seqs = self._add_entries(run, rows, now)
         seq = seqs[-1] if seqs else run.next_seq - 1
-        run.pending[interrupt.path] = (interrupt.reason, context_json, seq, now)
-        return PendingInterrupt(execution_id=lease.execution_id, agent_path=interrupt.path,
-                                reason=interrupt.reason, context=_json.loads(context_json),
-                                seq=seq, created_at=_ts(now))
+        run.pending[interrupt.path] = (interrupt.reason, context_json, seq, now, interrupt.deadline,
+                                       _json.dumps(interrupt.default, what="the interrupt's default"))
+        return self._pending_row(lease.execution_id, interrupt.path, run.pending[interrupt.path])
 
     async def claim(
         self,
@@ -254,6 +294,7 @@ class MemoryStore(Store):
         path: str | None = None,
         seq: int | None = None,
         owner: str | None = None,
+        by: str | None = None,
     ) -> JournalEntry:
         _json.dumps(value, what="the resume value")
         await self._enter()
@@ -272,8 +313,11 @@ class MemoryStore(Store):
                 and ex.lease_expires_at > _ts(time.time())):
             raise LeaseHeld(execution_id, ex.lease_owner, ex.lease_expires_at)
         del run.pending[target]  # type: ignore[arg-type]
-        payload = {"value": value, "suspended_seq": row[2], "reason": row[0]}
+        payload: dict[str, JsonValue] = {"value": value, "suspended_seq": row[2], "reason": row[0]}
+        if by is not None:
+            payload["by"] = by
         now = time.time()
+        self._update(run, wake_at=_ts(now))
         [new_seq] = self._add_entries(
             run, [(target, "resumed", "resumed", _json.dumps(payload))], now  # type: ignore[list-item]
         )
@@ -290,17 +334,25 @@ class MemoryStore(Store):
             return ExecutionFinished(execution_id, run.execution.status)
         return NoPendingInterrupt(execution_id, path, sorted(run.pending))
 
-    def _pending_rows(self, execution_id: str | None, path_prefix: str | None) -> list[PendingInterrupt]:
+    @staticmethod
+    def _pending_row(execution_id: str, path: str, row: _Pending) -> PendingInterrupt:
+        reason, context, seq, at, deadline, default = row
+        return PendingInterrupt(execution_id=execution_id, agent_path=path, reason=reason,
+                                context=_json.loads(context), seq=seq, created_at=_ts(at),
+                                deadline=deadline, default=_json.loads(default))
+
+    def _pending_rows(self, execution_id: str | None, path_prefix: str | None,
+                      due_before: datetime | None = None) -> list[PendingInterrupt]:
         rows = []
         for run in self._runs.values():
             if execution_id is not None and run.execution.execution_id != execution_id:
                 continue
-            for path, (reason, context, seq, at) in run.pending.items():
+            for path, row in run.pending.items():
                 if path_prefix and not path.startswith(path_prefix):
                     continue
-                rows.append(PendingInterrupt(
-                    execution_id=run.execution.execution_id, agent_path=path, reason=reason,
-                    context=_json.loads(context), seq=seq, created_at=_ts(at)))
+                if due_before is not None and (row[4] is None or row[4] > due_before):
+                    continue
+                rows.append(self._pending_row(run.execution.execution_id, path, row))
         rows.sort(key=lambda p: (p.created_at, p.execution_id, p.agent_path))
         return rows
 
@@ -311,10 +363,11 @@ class MemoryStore(Store):
         path_prefix: str | None = None,
         limit: int = 100,
         after: PendingInterrupt | None = None,
+        due_before: datetime | None = None,
     ) -> list[PendingInterrupt]:
         check_limit(limit)
         await self._enter()
-        rows = self._pending_rows(execution_id, path_prefix)
+        rows = self._pending_rows(execution_id, path_prefix, due_before)
         if after is not None:
             mark = (after.created_at, after.execution_id, after.agent_path)
             rows = [p for p in rows if (p.created_at, p.execution_id, p.agent_path) > mark]

@@ -57,6 +57,17 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (execution_id, key)
         ) WITHOUT ROWID""",
     ],
+    [
+        # Version 2: workers. wake_at marks an execution a worker should take up (a
+        # decision, a due timer, a detached start); a pending interrupt may have a
+        # deadline after which a worker decides it with its default.
+        "ALTER TABLE tether_executions ADD COLUMN wake_at INTEGER",
+        "CREATE INDEX tether_executions_due ON tether_executions (wake_at) WHERE wake_at IS NOT NULL",
+        "CREATE INDEX tether_executions_leased ON tether_executions (lease_expires_at) WHERE status = 'running'",
+        "ALTER TABLE tether_pending ADD COLUMN deadline INTEGER",
+        "ALTER TABLE tether_pending ADD COLUMN default_value TEXT",
+        "CREATE INDEX tether_pending_due ON tether_pending (deadline) WHERE deadline IS NOT NULL",
+    ],
 ]
 
 POSTGRES_MIGRATIONS: list[list[str]] = [
@@ -110,5 +121,21 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
             created_at timestamptz NOT NULL,
             PRIMARY KEY (execution_id, key)
         )""",
+    ],
+    [
+        "ALTER TABLE tether_executions ADD COLUMN wake_at timestamptz",
+        "CREATE INDEX tether_executions_due ON tether_executions (wake_at) WHERE wake_at IS NOT NULL",
+        "CREATE INDEX tether_executions_leased ON tether_executions (lease_expires_at) WHERE status = 'running'",
+        "ALTER TABLE tether_pending ADD COLUMN deadline timestamptz",
+        "ALTER TABLE tether_pending ADD COLUMN default_value json",
+        "CREATE INDEX tether_pending_due ON tether_pending (deadline) WHERE deadline IS NOT NULL",
+        # Workers LISTEN on tether_work: any write that makes an execution runnable wakes them.
+        """CREATE FUNCTION tether_notify_work() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM pg_notify('tether_work', NEW.id);
+            RETURN NULL;
+        END $$""",
+        """CREATE TRIGGER tether_work AFTER INSERT OR UPDATE OF wake_at ON tether_executions
+        FOR EACH ROW WHEN (NEW.wake_at IS NOT NULL) EXECUTE FUNCTION tether_notify_work()""",
     ],
 ]

@@ -26,8 +26,8 @@ def _plain_text(value: str) -> str:
 Text = Annotated[str, AfterValidator(_plain_text)]
 """A string that every store keeps exactly: ids, paths, labels, reasons."""
 
-ExecutionStatus = Literal["running", "paused", "completed", "failed", "cancelled"]
-"""Where an execution stands. The last three are final."""
+ExecutionStatus = Literal["queued", "running", "paused", "completed", "failed", "cancelled"]
+"""Where an execution stands. The last three are final; ``queued`` waits for a worker to start it."""
 
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 
@@ -69,6 +69,8 @@ class Execution(_Row):
     lease_owner: str | None = None
     lease_expires_at: datetime | None = None
     lease_epoch: int = 0
+    wake_at: datetime | None = None
+    """When a worker should take it up: set by a decision, a due timer, or a detached start."""
     created_at: datetime
     updated_at: datetime
 
@@ -127,6 +129,9 @@ class NewInterrupt(_Row):
     path: Text = Field(min_length=1)
     reason: Text
     context: JsonValue = None
+    deadline: datetime | None = None
+    """When no decision arrived by then, a worker claims it with ``default``."""
+    default: JsonValue = None
 
 
 class PendingInterrupt(_Row):
@@ -142,6 +147,9 @@ class PendingInterrupt(_Row):
     context: JsonValue
     seq: int = Field(description="Sequence number of the 'suspended' journal entry.")
     created_at: datetime
+    deadline: datetime | None = None
+    """When a worker decides it with ``default`` if nobody has (None: no deadline)."""
+    default: JsonValue = None
 
 
 class IdempotencyRecord(_Row):

@@ -8,11 +8,15 @@ committed); the caller waits for its answer, which takes one round trip.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from . import _json
+from ._bridge import threadsafe_caller
 from ._driver import DriverStore
 from ._errors import (
     AlreadyResumed,
@@ -46,7 +50,7 @@ from ._pgpool import ConnectionPool
 from ._protocol import SCHEMA_VERSION, check_limit
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Awaitable, Callable, Iterator, Sequence
     from datetime import datetime
 
     import asyncpg
@@ -56,9 +60,9 @@ if TYPE_CHECKING:
 
 _EXEC_COLS = (
     "id, runner, root_path, fingerprint, status, input, result, error, "
-    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at"
+    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at"
 )
-_PENDING_COLS = "execution_id, path, reason, context, seq, created_at"
+_PENDING_COLS = "execution_id, path, reason, context, seq, created_at, deadline, default_value"
 _FINAL_SQL = "('completed', 'failed', 'cancelled')"
 _FENCE = "id = $1 AND lease_epoch = $2 AND lease_owner = $3"
 # Inserts the entries given as four parallel arrays, numbered from bump.first.
@@ -86,6 +90,7 @@ def _execution(row: asyncpg.Record) -> Execution:
         lease_owner=row["lease_owner"],
         lease_expires_at=row["lease_expires_at"],
         lease_epoch=row["lease_epoch"],
+        wake_at=row["wake_at"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )
@@ -99,6 +104,8 @@ def _pending(row: asyncpg.Record) -> PendingInterrupt:
         context=_json.loads(row["context"]),
         seq=row["seq"],
         created_at=row["created_at"],
+        deadline=row["deadline"],
+        default=None if row["default_value"] is None else _json.loads(row["default_value"]),
     )
 
 
@@ -212,6 +219,42 @@ class PostgresStore(DriverStore):
             # Its loop is gone, so nothing can be awaited on its connections: drop them.
             pool.terminate()
 
+    async def listen(self, on_work: Callable[[], object]) -> Callable[[], Awaitable[None]]:
+        """Call ``on_work`` whenever an execution becomes runnable; returns the function that stops it.
+
+        A dedicated connection LISTENs on ``tether_work``, which a trigger notifies
+        whenever an execution's ``wake_at`` is set (a decision, a timer, a detached
+        start), in whatever process or machine wrote it. ``on_work`` runs on the
+        caller's event loop. If the connection drops, notifications stop: callers
+        keep a slow poll as well.
+
+        Raises:
+            StoreUnavailable: The server cannot be reached.
+        """
+        import asyncpg
+
+        await self._loop()
+        wake = threadsafe_caller(on_work)
+        settings = {"search_path": self.schema} if self.schema else {}
+
+        async def open_listener(op: Op) -> Any:
+            with self._map_errors():
+                conn = await asyncpg.connect(self.dsn, timeout=self.connect_timeout, server_settings=settings)
+                await conn.add_listener("tether_work", lambda *_: wake())
+                return conn
+
+        conn = await self._run(open_listener)
+
+        async def stop() -> None:
+            async def close_listener(op: Op) -> None:
+                with contextlib.suppress(Exception):  # a dead connection has nothing left to close
+                    await conn.close(timeout=5)
+
+            with anyio.CancelScope(shield=True):
+                await self._run(close_listener)
+
+        return stop
+
     async def _fetch(self, sql: str, *args: Any, write: bool = False) -> list[asyncpg.Record]:
         async def op_fn(op: Op) -> list[asyncpg.Record]:
             assert self._pool is not None
@@ -236,7 +279,7 @@ class PostgresStore(DriverStore):
         rows = await self._fetch(
             f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
             "VALUES ($1, $2, $3, $4, 'running', $5::json, NULL, NULL, $6, "
-            "now() + make_interval(secs => $7), 1, now(), now(), 1) "
+            "now() + make_interval(secs => $7), 1, now(), now(), NULL, 1) "
             f"ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
             new.execution_id, new.runner, new.root_path, new.fingerprint, input_json,
             owner, float(lease_seconds), write=True,
@@ -250,6 +293,44 @@ class PostgresStore(DriverStore):
         existing = await self.get_execution(new.execution_id)
         assert existing is not None  # executions are only removed by delete/prune
         return StartResult(execution=existing, created=False)
+
+    async def enqueue_execution(self, new: NewExecution) -> StartResult:
+        input_json = _json.dumps(new.input, what="the execution's input")
+        rows = await self._fetch(
+            f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
+            "VALUES ($1, $2, $3, $4, 'queued', $5::json, NULL, NULL, NULL, NULL, 0, now(), now(), now(), 1) "
+            f"ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
+            new.execution_id, new.runner, new.root_path, new.fingerprint, input_json, write=True,
+        )
+        if rows:
+            return StartResult(execution=_execution(rows[0]), created=True)
+        existing = await self.get_execution(new.execution_id)
+        assert existing is not None
+        return StartResult(execution=existing, created=False)
+
+    async def take_work(
+        self, *, owner: str, lease_seconds: float, limit: int, roots: Sequence[str] | None = None
+    ) -> list[Lease]:
+        check_limit(limit)
+        # SKIP LOCKED: concurrent workers each take different rows instead of queueing on one.
+        rows = await self._fetch(
+            """WITH ready AS (
+                SELECT id FROM tether_executions
+                WHERE ((status IN ('queued', 'paused') AND wake_at <= now())
+                    OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= now())))
+                  AND ($4::text[] IS NULL OR root_path = ANY($4::text[]))
+                ORDER BY coalesce(wake_at, lease_expires_at)
+                LIMIT $3 FOR UPDATE SKIP LOCKED
+            )
+            UPDATE tether_executions e SET lease_owner = $1,
+                lease_expires_at = now() + make_interval(secs => $2),
+                lease_epoch = e.lease_epoch + 1, status = 'running', wake_at = NULL, updated_at = now()
+            FROM ready WHERE e.id = ready.id
+            RETURNING e.id, e.lease_epoch, e.lease_expires_at""",
+            owner, float(lease_seconds), limit, None if roots is None else list(roots), write=True,
+        )
+        return [Lease(execution_id=r["id"], owner=owner, epoch=r["lease_epoch"], expires_at=r["lease_expires_at"])
+                for r in rows]
 
     async def get_execution(self, execution_id: str) -> Execution | None:
         rows = await self._fetch(
@@ -324,6 +405,7 @@ class PostgresStore(DriverStore):
         result: JsonValue = None,
         error: str | None = None,
         entries: Sequence[NewEntry] = (),
+        wake_at: datetime | None = None,
     ) -> list[int]:
         rows = entry_rows(entries)
         final = status in FINAL_STATUSES
@@ -332,6 +414,7 @@ class PostgresStore(DriverStore):
             f"""WITH bump AS (
                 UPDATE tether_executions SET next_seq = next_seq + $4,
                     lease_owner = NULL, lease_expires_at = NULL,
+                    wake_at = CASE WHEN $10 THEN NULL ELSE $13::timestamptz END,
                     status = coalesce($9::text, status),
                     result = CASE WHEN $10 THEN $11::json ELSE result END,
                     error = CASE WHEN $10 THEN $12::text ELSE error END,
@@ -343,7 +426,7 @@ class PostgresStore(DriverStore):
             ), inserted AS ({_INSERT_ENTRIES})
             SELECT first FROM bump""",
             lease.execution_id, lease.epoch, lease.owner, len(rows), *_columns(rows),
-            status, final, result_json, error, write=True,
+            status, final, result_json, error, wake_at, write=True,
         )
         if not out:
             raise await self._explain_fence(lease)
@@ -390,6 +473,7 @@ class PostgresStore(DriverStore):
 
         rows = entry_rows(entries)
         context_json = _json.dumps(interrupt.context, what="the interrupt's context")
+        default_json = _json.dumps(interrupt.default, what="the interrupt's default")
         try:
             out = await self._fetch(
                 f"""WITH bump AS (
@@ -397,10 +481,10 @@ class PostgresStore(DriverStore):
                     WHERE {_FENCE} RETURNING next_seq - $4 AS first
                 ), inserted AS ({_INSERT_ENTRIES})
                 INSERT INTO tether_pending ({_PENDING_COLS})
-                SELECT $1, $9, $10, $11::json, bump.first + $4 - 1, now() FROM bump
+                SELECT $1, $9, $10, $11::json, bump.first + $4 - 1, now(), $12, $13::json FROM bump
                 RETURNING {_PENDING_COLS}""",
                 lease.execution_id, lease.epoch, lease.owner, len(rows), *_columns(rows),
-                interrupt.path, interrupt.reason, context_json, write=True,
+                interrupt.path, interrupt.reason, context_json, interrupt.deadline, default_json, write=True,
             )
         except StoreUnavailable as exc:
             if isinstance(exc.__cause__, asyncpg.UniqueViolationError):
@@ -418,6 +502,7 @@ class PostgresStore(DriverStore):
         path: str | None = None,
         seq: int | None = None,
         owner: str | None = None,
+        by: str | None = None,
     ) -> JournalEntry:
         value_json = _json.dumps(value, what="the resume value")
         target = path
@@ -439,17 +524,20 @@ class PostgresStore(DriverStore):
                         AND EXISTS (SELECT 1 FROM free)
                     RETURNING reason, seq
                 ), bump AS (
-                    UPDATE tether_executions SET next_seq = next_seq + 1
+                    UPDATE tether_executions SET next_seq = next_seq + 1, wake_at = now()
                     FROM claimed WHERE id = $1 RETURNING next_seq - 1 AS seq
                 )
                 INSERT INTO tether_journal (execution_id, seq, path, label, kind, payload, created_at)
                 SELECT $1, bump.seq, $2, 'resumed', 'resumed',
-                    json_build_object('value', $4::json, 'suspended_seq', claimed.seq,
-                                      'reason', claimed.reason),
+                    CASE WHEN $6::text IS NULL
+                        THEN json_build_object('value', $4::json, 'suspended_seq', claimed.seq,
+                                               'reason', claimed.reason)
+                        ELSE json_build_object('value', $4::json, 'suspended_seq', claimed.seq,
+                                               'reason', claimed.reason, 'by', $6::text) END,
                     now()
                 FROM bump, claimed
                 RETURNING seq, payload, created_at""",
-                execution_id, target, seq, value_json, owner, write=True,
+                execution_id, target, seq, value_json, owner, by, write=True,
             )
         if not out:
             raise await self._explain_failed_claim(execution_id, target, owner)
@@ -497,6 +585,7 @@ class PostgresStore(DriverStore):
         path_prefix: str | None = None,
         limit: int = 100,
         after: PendingInterrupt | None = None,
+        due_before: datetime | None = None,
     ) -> list[PendingInterrupt]:
         check_limit(limit)
         rows = await self._fetch(
@@ -504,10 +593,11 @@ class PostgresStore(DriverStore):
             "WHERE ($1::text IS NULL OR execution_id = $1) "
             "AND ($2::text IS NULL OR starts_with(path, $2)) "
             "AND ($3::timestamptz IS NULL OR (created_at, execution_id, path) > ($3, $4, $5)) "
+            "AND ($7::timestamptz IS NULL OR deadline <= $7) "
             "ORDER BY created_at, execution_id, path LIMIT $6",
             execution_id, path_prefix or None,
             after.created_at if after else None, after.execution_id if after else None,
-            after.agent_path if after else None, limit,
+            after.agent_path if after else None, limit, due_before,
         )
         return [_pending(r) for r in rows]
 

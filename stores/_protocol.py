@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 from ._errors import ConfigurationError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema version this release writes; `setup()` migrates older databases to it."""
 
 
@@ -88,6 +88,28 @@ class Store(ABC):
         """
 
     @abstractmethod
+    async def enqueue_execution(self, new: NewExecution) -> StartResult:
+        """Create the execution ``queued`` for a worker to start, or return the existing one.
+
+        Nothing runs here and no lease is taken: `take_work` hands it to a worker.
+        """
+
+    @abstractmethod
+    async def take_work(
+        self, *, owner: str, lease_seconds: float, limit: int, roots: Sequence[str] | None = None
+    ) -> list[Lease]:
+        """Lease up to ``limit`` executions a worker should run now, atomically.
+
+        Those are: queued or paused ones whose ``wake_at`` has come (a decision
+        was claimed, a timer is due, a detached start), and running ones whose
+        lease expired or was handed back (their process died or stopped). Only
+        executions whose root path is in ``roots`` (the runners the worker has),
+        when given. Each is leased to ``owner`` with a new epoch, marked
+        ``running``, and its ``wake_at`` cleared. Concurrent callers, in any
+        number of processes, never get the same execution.
+        """
+
+    @abstractmethod
     async def get_execution(self, execution_id: str) -> Execution | None:
         """Return the execution, or None if there is none with that id."""
 
@@ -133,11 +155,13 @@ class Store(ABC):
         result: JsonValue = None,
         error: str | None = None,
         entries: Sequence[NewEntry] = (),
+        wake_at: datetime | None = None,
     ) -> list[int]:
         """Append final ``entries``, set ``status``, and give the lease up, atomically.
 
         ``result`` and ``error`` are stored with a final status (completed, failed,
-        cancelled), which also deletes any pending interrupt left. Returns the
+        cancelled), which also deletes any pending interrupt left. ``wake_at``
+        asks a worker to take the execution up again then (a timer). Returns the
         sequence numbers of ``entries``.
 
         Raises:
@@ -187,6 +211,7 @@ class Store(ABC):
         path: str | None = None,
         seq: int | None = None,
         owner: str | None = None,
+        by: str | None = None,
     ) -> JournalEntry:
         """Consume a pending interrupt and journal the decision, in one transaction.
 
@@ -200,7 +225,8 @@ class Store(ABC):
 
         While another process than ``owner`` holds a live lease (the execution is
         running there), nothing is claimed: a decision must not be consumed by a
-        caller that cannot carry it out.
+        caller that cannot carry it out. A claim marks the execution for workers
+        (``wake_at``), and ``by`` (``"deadline"``) is journaled with the decision.
 
         Raises:
             AlreadyResumed: Another claimer consumed it first.
@@ -217,12 +243,14 @@ class Store(ABC):
         path_prefix: str | None = None,
         limit: int = 100,
         after: PendingInterrupt | None = None,
+        due_before: datetime | None = None,
     ) -> list[PendingInterrupt]:
         """List pending interrupts oldest first, optionally by execution or path prefix.
 
         ``path_prefix`` is a plain string prefix: ``"supervisor:planner/"`` finds
         every interrupt under that supervisor. Pass the last row of a page as
-        ``after`` to get the next one.
+        ``after`` to get the next one. ``due_before`` keeps only those whose
+        deadline has passed by then.
         """
 
     @abstractmethod

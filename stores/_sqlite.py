@@ -64,9 +64,9 @@ Synchronous = Literal["FULL", "NORMAL"]
 
 _EXEC_COLS = (
     "id, runner, root_path, fingerprint, status, input, result, error, "
-    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at"
+    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at"
 )
-_PENDING_COLS = "execution_id, path, reason, context, seq, created_at"
+_PENDING_COLS = "execution_id, path, reason, context, seq, created_at, deadline, default_value"
 _FINAL_SQL = "('completed', 'failed', 'cancelled')"
 
 
@@ -110,6 +110,7 @@ def _execution(row: Sequence[Any]) -> Execution:
         lease_epoch=row[10],
         created_at=_ts(row[11]),
         updated_at=_ts(row[12]),
+        wake_at=_ts_or_none(row[13]),
     )
 
 
@@ -121,6 +122,8 @@ def _pending(row: Sequence[Any]) -> PendingInterrupt:
         context=_json.loads(row[3]),
         seq=row[4],
         created_at=_ts(row[5]),
+        deadline=_ts_or_none(row[6]),
+        default=None if row[7] is None else _json.loads(row[7]),
     )
 
 
@@ -336,7 +339,7 @@ class SQLiteStore(DriverStore):
         def fn(db: sqlite3.Connection, now: int) -> StartResult:
             row = db.execute(
                 f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
-                "VALUES (?, ?, ?, ?, 'running', ?, NULL, NULL, ?, ?, 1, ?, ?, 1) "
+                "VALUES (?, ?, ?, ?, 'running', ?, NULL, NULL, ?, ?, 1, ?, ?, NULL, 1) "
                 f"ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
                 (new.execution_id, new.runner, new.root_path, new.fingerprint, input_json,
                  owner, now + _span(lease_seconds), now, now),
@@ -350,6 +353,49 @@ class SQLiteStore(DriverStore):
                 f"SELECT {_EXEC_COLS} FROM tether_executions WHERE id = ?", (new.execution_id,)
             ).fetchone()
             return StartResult(execution=_execution(row), created=False)
+
+        return await self._write(fn)
+
+    async def enqueue_execution(self, new: NewExecution) -> StartResult:
+        input_json = _json.dumps(new.input, what="the execution's input")
+
+        def fn(db: sqlite3.Connection, now: int) -> StartResult:
+            row = db.execute(
+                f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
+                "VALUES (?, ?, ?, ?, 'queued', ?, NULL, NULL, NULL, NULL, 0, ?, ?, ?, 1) "
+                f"ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
+                (new.execution_id, new.runner, new.root_path, new.fingerprint, input_json, now, now, now),
+            ).fetchone()
+            if row is not None:
+                return StartResult(execution=_execution(row), created=True)
+            row = db.execute(
+                f"SELECT {_EXEC_COLS} FROM tether_executions WHERE id = ?", (new.execution_id,)
+            ).fetchone()
+            return StartResult(execution=_execution(row), created=False)
+
+        return await self._write(fn)
+
+    async def take_work(
+        self, *, owner: str, lease_seconds: float, limit: int, roots: Sequence[str] | None = None
+    ) -> list[Lease]:
+        check_limit(limit)
+        root_list = None if roots is None else _json.dumps(list(roots))
+
+        def fn(db: sqlite3.Connection, now: int) -> list[Lease]:
+            # BEGIN IMMEDIATE already excludes every other writer, so no row-level locking is needed.
+            expires = now + _span(lease_seconds)
+            rows = db.execute(
+                "UPDATE tether_executions SET lease_owner = ?, lease_expires_at = ?, "
+                "lease_epoch = lease_epoch + 1, status = 'running', wake_at = NULL, updated_at = ? "
+                "WHERE id IN (SELECT id FROM tether_executions "
+                "  WHERE ((status IN ('queued', 'paused') AND wake_at <= ?) "
+                "     OR (status = 'running' AND coalesce(lease_expires_at, 0) <= ?)) "
+                "    AND (? IS NULL OR root_path IN (SELECT value FROM json_each(?))) "
+                "  ORDER BY coalesce(wake_at, lease_expires_at, 0) LIMIT ?) "
+                "RETURNING id, lease_epoch",
+                (owner, expires, now, now, now, root_list, root_list, limit),
+            ).fetchall()
+            return [Lease(execution_id=r[0], owner=owner, epoch=r[1], expires_at=_ts(expires)) for r in rows]
 
         return await self._write(fn)
 
@@ -433,18 +479,20 @@ class SQLiteStore(DriverStore):
         result: JsonValue = None,
         error: str | None = None,
         entries: Sequence[NewEntry] = (),
+        wake_at: datetime | None = None,
     ) -> list[int]:
         rows = entry_rows(entries)
         final = status in FINAL_STATUSES
         result_json = _json.dumps(result, what="the execution's result") if final else None
+        wake = None if final or wake_at is None else _us(wake_at)
 
         def fn(db: sqlite3.Connection, now: int) -> list[int]:
             first = self._fence(
                 db, lease, now, len(rows),
                 ", lease_owner = NULL, lease_expires_at = NULL, status = coalesce(?, status), "
                 "result = CASE WHEN ? THEN ? ELSE result END, "
-                "error = CASE WHEN ? THEN ? ELSE error END, updated_at = ?",
-                (status, final, result_json, final, error, now),
+                "error = CASE WHEN ? THEN ? ELSE error END, updated_at = ?, wake_at = ?",
+                (status, final, result_json, final, error, now, wake),
             )
             if final:
                 db.execute("DELETE FROM tether_pending WHERE execution_id = ?", (lease.execution_id,))
@@ -488,6 +536,8 @@ class SQLiteStore(DriverStore):
     ) -> PendingInterrupt:
         rows = entry_rows(entries)
         context_json = _json.dumps(interrupt.context, what="the interrupt's context")
+        default_json = _json.dumps(interrupt.default, what="the interrupt's default")
+        deadline = None if interrupt.deadline is None else _us(interrupt.deadline)
 
         def fn(db: sqlite3.Connection, now: int) -> PendingInterrupt:
             first = self._fence(db, lease, now, len(rows))
@@ -495,9 +545,10 @@ class SQLiteStore(DriverStore):
             seq = seqs[-1] if seqs else first - 1
             try:
                 row = db.execute(
-                    f"INSERT INTO tether_pending ({_PENDING_COLS}) VALUES (?, ?, ?, ?, ?, ?) "
+                    f"INSERT INTO tether_pending ({_PENDING_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
                     f"RETURNING {_PENDING_COLS}",
-                    (lease.execution_id, interrupt.path, interrupt.reason, context_json, seq, now),
+                    (lease.execution_id, interrupt.path, interrupt.reason, context_json, seq, now,
+                     deadline, default_json),
                 ).fetchone()
             except sqlite3.IntegrityError as exc:
                 raise DuplicateInterrupt(lease.execution_id, interrupt.path) from exc
@@ -513,6 +564,7 @@ class SQLiteStore(DriverStore):
         path: str | None = None,
         seq: int | None = None,
         owner: str | None = None,
+        by: str | None = None,
     ) -> JournalEntry:
         def fn(db: sqlite3.Connection, now: int) -> JournalEntry:
             target = path
@@ -540,11 +592,13 @@ class SQLiteStore(DriverStore):
             ).fetchone()
             if held is not None:  # raising rolls the DELETE back: nothing is consumed
                 raise LeaseHeld(execution_id, held[0], _ts(held[1]))
-            payload = {"value": value, "suspended_seq": row[1], "reason": row[0]}
+            payload: dict[str, JsonValue] = {"value": value, "suspended_seq": row[1], "reason": row[0]}
+            if by is not None:
+                payload["by"] = by
             payload_json = _json.dumps(payload, what="the resume value")
             next_seq = db.execute(
-                "UPDATE tether_executions SET next_seq = next_seq + 1 WHERE id = ? RETURNING next_seq",
-                (execution_id,),
+                "UPDATE tether_executions SET next_seq = next_seq + 1, wake_at = ? WHERE id = ? RETURNING next_seq",
+                (now, execution_id),
             ).fetchone()[0]
             self._insert_entries(db, execution_id, next_seq - 1,
                                  [(target, "resumed", "resumed", payload_json)], now)
@@ -563,9 +617,13 @@ class SQLiteStore(DriverStore):
         path_prefix: str | None = None,
         limit: int = 100,
         after: PendingInterrupt | None = None,
+        due_before: datetime | None = None,
     ) -> list[PendingInterrupt]:
         check_limit(limit)
         where, params = _pending_filter(execution_id, path_prefix)
+        if due_before is not None:
+            where.append("deadline <= ?")
+            params.append(_us(due_before))
         if after is not None:
             where.append("(created_at, execution_id, path) > (?, ?, ?)")
             params += [_us(after.created_at), after.execution_id, after.agent_path]

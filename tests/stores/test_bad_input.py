@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 from tether.stores import (
+    SCHEMA_VERSION,
     ConfigurationError,
     NewEntry,
     NewExecution,
@@ -87,7 +88,7 @@ async def test_a_database_from_a_newer_tether(tmp_path: Path) -> None:
     before = digest(path)
     with pytest.raises(SchemaVersionError, match=r"version 99.*Upgrade tether") as info:
         await SQLiteStore(path).setup()
-    assert (info.value.found, info.value.supported) == (99, 1)
+    assert (info.value.found, info.value.supported) == (99, SCHEMA_VERSION)
     assert digest(path) == before
 
 

@@ -1,0 +1,212 @@
+"""`ExecutionWorker`: a process that runs whatever executions its store has ready for it.
+
+Ready means:
+
+- a decision was recorded by any process (`Runtime.claim`, ``tether resume
+  --detach``, the HTTP API);
+- a durable timer is due, or an approval deadline passed (the worker decides it
+  with its default, exactly as a person would);
+- an execution was started detached (`start(..., detach=True)`);
+- the process running an execution died, and its lease expired.
+
+Any number of workers, in any number of processes and machines, share one
+Postgres store: `Store.take_work` leases each execution to exactly one of them
+(``FOR UPDATE SKIP LOCKED``), and a trigger's ``NOTIFY`` wakes them within
+milliseconds of a decision anywhere, with a slow poll behind it. On SQLite, one
+worker process at a time (a file lock says so).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import socket
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Self
+
+import anyio
+from tether.stores import (
+    AlreadyResumed,
+    ConfigurationError,
+    ExecutionFinished,
+    LeaseHeld,
+    NoPendingInterrupt,
+    SQLiteStore,
+    StoreError,
+)
+
+from ._operator import Operator
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Sequence
+    from types import TracebackType
+
+    from tether.stores import Lease, Store
+
+    from ._operator import Resumable
+
+log = logging.getLogger("tether.worker")
+
+
+class ExecutionWorker:
+    """Runs ready executions of its runners, at most ``concurrency`` at a time, until stopped.
+
+    Args:
+        store: The store to work for.
+        runners: The runners whose executions it takes (by root path).
+        concurrency: Executions it runs at once.
+        lease_seconds: How long a dead worker's executions wait before another takes them.
+        poll_interval: Seconds between looks when no notification comes (timers are
+            at most this late; Postgres notifications make decisions immediate).
+        name: Its lease owner name (default: host, pid and a random suffix).
+
+    Example:
+        ```python
+        async with ExecutionWorker(store, [refund_chain], concurrency=8) as worker:
+            await worker.serve()            # until cancelled, or worker.stop()
+        ```
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        runners: Sequence[Resumable],
+        *,
+        concurrency: int = 4,
+        lease_seconds: float = 30.0,
+        poll_interval: float = 1.0,
+        name: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ConfigurationError(f"concurrency={concurrency}: a worker runs at least one execution at a time.")
+        if not runners:
+            raise ConfigurationError("A worker needs runners (--app module:attr): it only takes their executions.")
+        self.store = store
+        self.operator = Operator(store, list(runners))
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.poll_interval = poll_interval
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.completed = 0
+        """Executions this worker ran to an end or a pause."""
+        self._running: set[str] = set()
+        self._wake = anyio.Event()
+        self._stopping = False
+        self._unlisten: Callable[[], Awaitable[None]] | None = None
+        self._lock_file: IO[str] | None = None
+
+    async def __aenter__(self) -> Self:
+        if isinstance(self.store, SQLiteStore):
+            self._lock_file = _exclusive(Path(self.store.path + ".worker.lock"))
+        await self._listen()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        unlisten, self._unlisten = self._unlisten, None
+        if unlisten is not None:
+            await unlisten()
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the lock
+
+    def stop(self) -> None:
+        """Take no more work; `serve` returns once what it runs has finished."""
+        self._stopping = True
+        self._poke()
+
+    async def serve(self, *, until_idle: bool = False, grace: float = 30.0) -> None:
+        """Take and run ready executions until `stop` (or, with ``until_idle``, until none is left).
+
+        On stop, running executions get ``grace`` seconds to reach their end or a
+        pause; the rest are stopped and their leases handed back at once, so
+        another worker continues them from their journals.
+        """
+        async with anyio.create_task_group() as tg:
+            while not self._stopping:
+                taken = await self._take(tg)
+                if until_idle and not taken and not self._running:
+                    break
+                with anyio.move_on_after(self.poll_interval):
+                    await self._wake.wait()
+                self._wake = anyio.Event()
+            with anyio.move_on_after(grace):
+                while self._running:
+                    await self._wake.wait()
+                    self._wake = anyio.Event()
+            tg.cancel_scope.cancel()
+
+    async def _take(self, tg: anyio.abc.TaskGroup) -> int:
+        """Decide due deadlines, then lease as many ready executions as there is room for."""
+        try:
+            await self._fire_deadlines()
+            free = self.concurrency - len(self._running)
+            if free <= 0:
+                return 0
+            leases = await self.store.take_work(owner=self.name, lease_seconds=self.lease_seconds, limit=free,
+                                                roots=[r.root_path for r in self.operator.runners])
+            if self._unlisten is None:
+                await self._listen()
+        except StoreError as exc:  # the database is away: try again at the next poll
+            log.warning("worker %s cannot reach the store: %s", self.name, exc)
+            return 0
+        for lease in leases:
+            self._running.add(lease.execution_id)
+            tg.start_soon(self._run, lease)
+        return len(leases)
+
+    async def _fire_deadlines(self) -> None:
+        for row in await self.store.list_pending(due_before=datetime.now(UTC), limit=100):
+            try:
+                await self.store.claim(row.execution_id, row.default, path=row.agent_path, seq=row.seq,
+                                       by="deadline")
+                log.info("deadline passed for %s at %s: decided %s", row.execution_id, row.agent_path, row.default)
+            except (AlreadyResumed, NoPendingInterrupt, LeaseHeld, ExecutionFinished):
+                pass  # a person (or another worker) decided first
+
+    async def _run(self, lease: Lease) -> None:
+        try:
+            execution = await self.store.get_execution(lease.execution_id)
+            runner = self.operator.runner_for(execution) if execution is not None else None
+            if runner is None:  # take_work only hands out our roots; deleted meanwhile
+                await self.store.release_lease(lease)
+                return
+            runner.store = self.store
+            result = await runner.run_leased(lease)
+            self.completed += 1
+            log.info("worker %s ran %s: %s", self.name, lease.execution_id, result.status)
+        except Exception:
+            log.exception("worker %s could not run %s; its lease expires for another to try",
+                          self.name, lease.execution_id)
+        finally:
+            self._running.discard(lease.execution_id)
+            self._poke()
+
+    async def _listen(self) -> None:
+        listen: Any = getattr(self.store, "listen", None)
+        if listen is None:
+            return
+        try:
+            self._unlisten = await listen(self._poke)
+        except StoreError as exc:
+            log.warning("worker %s polls only: cannot listen for notifications (%s)", self.name, exc)
+
+    def _poke(self) -> None:
+        self._wake.set()
+
+
+def _exclusive(path: Path) -> IO[str]:
+    """Hold an exclusive lock on ``path`` for as long as the file stays open."""
+    handle = path.open("a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ConfigurationError(
+            f"Another tether worker already works on this SQLite store ({path} is locked). SQLite "
+            f"supports one worker process at a time; use Postgres for several."
+        ) from None
+    return handle
