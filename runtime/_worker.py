@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
     from tether.stores import Lease, Store
 
+    from ._execution import RunResult
     from ._operator import Resumable
 
 log = logging.getLogger("tether.worker")
@@ -62,6 +63,7 @@ class ExecutionWorker:
         poll_interval: Seconds between looks when no notification comes (timers are
             at most this late; Postgres notifications make decisions immediate).
         name: Its lease owner name (default: host, pid and a random suffix).
+        on_result: Called with each result (an end, or a pause) of a run it made.
 
     Example:
         ```python
@@ -79,6 +81,7 @@ class ExecutionWorker:
         lease_seconds: float = 30.0,
         poll_interval: float = 1.0,
         name: str | None = None,
+        on_result: Callable[[RunResult], object] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError(f"concurrency={concurrency}: a worker runs at least one execution at a time.")
@@ -90,8 +93,9 @@ class ExecutionWorker:
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.on_result = on_result
         self.completed = 0
-        """Executions this worker ran to an end or a pause."""
+        """Runs this worker took to an end or a pause."""
         self._running: set[str] = set()
         self._wake = anyio.Event()
         self._stopping = False
@@ -178,6 +182,8 @@ class ExecutionWorker:
             result = await runner.run_leased(lease)
             self.completed += 1
             log.info("worker %s ran %s: %s", self.name, lease.execution_id, result.status)
+            if self.on_result is not None:
+                self.on_result(result)
         except Exception:
             log.exception("worker %s could not run %s; its lease expires for another to try",
                           self.name, lease.execution_id)
