@@ -19,6 +19,7 @@ from tether.stores import (
     StaleLease,
     Store,
     StoreError,
+    StoreUnavailable,
     UsageError,
 )
 
@@ -380,6 +381,16 @@ class Runtime:
             return await self.result(lease.execution_id)
         release = self.store.release_lease
         holder = state.holder
+        if state.outcome == "failed" and _outage(state.error):
+            # The database went away, not the work: no verdict. The execution stays
+            # running, its lease handed back if possible (else it expires), and the
+            # next recovery continues it from the journal.
+            with contextlib.suppress(StoreError):
+                await release(holder.lease)
+            raise StoreUnavailable(
+                f"Execution {lease.execution_id!r} stopped: the store became unavailable ({state.error}). "
+                f"It is intact; recover it (a worker does) once the store is back."
+            ) from state.error
         try:
             if state.outcome == "completed":
                 await release(holder.lease, status="completed", result=state.output)
@@ -392,11 +403,18 @@ class Runtime:
         return await self.result(lease.execution_id)
 
     async def _keep_lease(self, state: ExecutionState) -> None:
-        try:
-            await state.holder.keep(self._settings.lease_seconds)
-        except StaleLease as exc:
-            state.lost = True
-            state.end("failed", error=exc)
+        lease_seconds = self._settings.lease_seconds
+        while True:
+            try:
+                await state.holder.keep(lease_seconds)
+            except StaleLease as exc:
+                state.lost = True
+                state.end("failed", error=exc)
+                return
+            except StoreUnavailable:
+                # The database is away for a moment: keep trying. Whether the lease survived
+                # is for the next renewal, or the next fenced write, to find out.
+                await anyio.sleep(lease_seconds / 10)
 
     async def drive(self, factory: ActorFactory, lease: Lease) -> RunResult:
         """Run an execution that `Store.take_work` leased to this process (what workers do).
@@ -436,6 +454,23 @@ class Runtime:
                          input=input),
         )
         return await self.result(execution_id)
+
+
+def _outage(error: BaseException | None) -> bool:
+    """Whether a failure comes from the store being unreachable, however deep it is wrapped."""
+    seen: set[int] = set()
+    pending = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, StoreUnavailable):
+            return True
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        pending += [current.__cause__, current.__context__]
+    return False
 
 
 def check_runner(execution: Execution, factory: ActorFactory) -> None:

@@ -41,7 +41,7 @@ from tether.stores import (
 from ._operator import Operator
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Callable, Sequence
     from types import TracebackType
 
     from tether.stores import Lease, Store
@@ -99,7 +99,7 @@ class ExecutionWorker:
         self._running: set[str] = set()
         self._wake = anyio.Event()
         self._stopping = False
-        self._unlisten: Callable[[], Awaitable[None]] | None = None
+        self._listener: Any = None
         self._lock_file: IO[str] | None = None
 
     async def __aenter__(self) -> Self:
@@ -111,9 +111,9 @@ class ExecutionWorker:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        unlisten, self._unlisten = self._unlisten, None
-        if unlisten is not None:
-            await unlisten()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            await listener.aclose()
         if self._lock_file is not None:
             self._lock_file.close()  # releases the lock
 
@@ -152,8 +152,8 @@ class ExecutionWorker:
                 return 0
             leases = await self.store.take_work(owner=self.name, lease_seconds=self.lease_seconds, limit=free,
                                                 roots=[r.root_path for r in self.operator.runners])
-            if self._unlisten is None:
-                await self._listen()
+            if self._listener is None or self._listener.closed:
+                await self._listen()  # the server restarted, say: notifications again
         except StoreError as exc:  # the database is away: try again at the next poll
             log.warning("worker %s cannot reach the store: %s", self.name, exc)
             return 0
@@ -196,7 +196,7 @@ class ExecutionWorker:
         if listen is None:
             return
         try:
-            self._unlisten = await listen(self._poke)
+            self._listener = await listen(self._poke)
         except StoreError as exc:
             log.warning("worker %s polls only: cannot listen for notifications (%s)", self.name, exc)
 

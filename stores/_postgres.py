@@ -50,7 +50,7 @@ from ._pgpool import ConnectionPool
 from ._protocol import SCHEMA_VERSION, check_limit
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
     from datetime import datetime
 
     import asyncpg
@@ -116,6 +116,30 @@ def redact(dsn: str) -> str:
 
 def _columns(rows: list[tuple[str, str, str, str]]) -> list[list[str]]:
     return [list(column) for column in zip(*rows, strict=True)] if rows else [[], [], [], []]
+
+
+class Listener:
+    """A LISTEN connection of `PostgresStore.listen`."""
+
+    def __init__(self, store: PostgresStore, conn: Any) -> None:
+        self._store = store
+        self._conn = conn
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection is gone (the server restarted, the network dropped)."""
+        return bool(self._conn.is_closed())
+
+    async def aclose(self) -> None:
+        """Stop listening."""
+        conn = self._conn
+
+        async def close_listener(op: Op) -> None:
+            with contextlib.suppress(Exception):  # a dead connection has nothing left to close
+                await conn.close(timeout=5)
+
+        with anyio.CancelScope(shield=True):
+            await self._store._run(close_listener)
 
 
 class PostgresStore(DriverStore):
@@ -219,14 +243,14 @@ class PostgresStore(DriverStore):
             # Its loop is gone, so nothing can be awaited on its connections: drop them.
             pool.terminate()
 
-    async def listen(self, on_work: Callable[[], object]) -> Callable[[], Awaitable[None]]:
-        """Call ``on_work`` whenever an execution becomes runnable; returns the function that stops it.
+    async def listen(self, on_work: Callable[[], object]) -> Listener:
+        """Call ``on_work`` whenever an execution becomes runnable, until the listener is closed.
 
         A dedicated connection LISTENs on ``tether_work``, which a trigger notifies
         whenever an execution's ``wake_at`` is set (a decision, a timer, a detached
         start), in whatever process or machine wrote it. ``on_work`` runs on the
-        caller's event loop. If the connection drops, notifications stop: callers
-        keep a slow poll as well.
+        caller's event loop. If the connection drops, notifications stop and the
+        listener says so (``closed``): callers keep a slow poll and listen again.
 
         Raises:
             StoreUnavailable: The server cannot be reached.
@@ -243,17 +267,7 @@ class PostgresStore(DriverStore):
                 await conn.add_listener("tether_work", lambda *_: wake())
                 return conn
 
-        conn = await self._run(open_listener)
-
-        async def stop() -> None:
-            async def close_listener(op: Op) -> None:
-                with contextlib.suppress(Exception):  # a dead connection has nothing left to close
-                    await conn.close(timeout=5)
-
-            with anyio.CancelScope(shield=True):
-                await self._run(close_listener)
-
-        return stop
+        return Listener(self, await self._run(open_listener))
 
     async def _fetch(self, sql: str, *args: Any, write: bool = False) -> list[asyncpg.Record]:
         async def op_fn(op: Op) -> list[asyncpg.Record]:

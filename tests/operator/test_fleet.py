@@ -190,3 +190,49 @@ def test_timers_and_deadlines_across_a_full_restart(fleet: Fleet) -> None:
 
     [payload] = fleet.store(decision)
     assert payload["by"] == "deadline"
+
+
+@pytest.fixture
+def private_postgres(tmp_path: Path) -> Iterator[tuple[str, Callable[[], None]]]:
+    """A Postgres server of this test's own (pgserver), and a function that restarts it."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs, on import, about XDG_RUNTIME_DIR
+        import pgserver
+    data = tmp_path / "pgdata"
+    servers = [pgserver.get_server(data, cleanup_mode="stop")]
+
+    def restart() -> None:
+        servers[-1].cleanup()
+        servers.append(pgserver.get_server(data, cleanup_mode="stop"))
+
+    try:
+        yield servers[0].get_uri(), restart
+    finally:
+        servers[-1].cleanup()
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_postgres_restarted_under_the_workers(private_postgres: tuple[str, Callable[[], None]], backend: str,
+                                              tmp_path: Path) -> None:
+    url, restart = private_postgres
+    fleet = Fleet(url, tmp_path / "effects.db", backend)
+    ids = [f"r-{n:02d}" for n in range(16)]
+    try:
+        async def enqueue(store: Any) -> None:
+            for execution_id in ids:
+                await batch.start({"order": execution_id, "work": 0.3}, execution_id=execution_id)
+
+        fleet.store(enqueue)
+        workers = [fleet.start_worker(concurrency=2) for _ in range(2)]
+        fleet.wait(lambda rows: sum(e.status == "completed" for e in rows) >= 3, "a few runs done before the restart")
+        restart()  # under running executions
+        fleet.wait(lambda rows: all(e.status == "completed" for e in rows), "every run completed after it")
+        assert fleet.effects_by_execution() == dict.fromkeys(ids, 1)
+        assert [fleet.stop(proc) for proc in workers] == [0, 0]
+    finally:
+        for proc in fleet.workers:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
