@@ -205,9 +205,10 @@ def serve(settings: Settings, app: str | None, host: str, port: int, token: str 
               help="Seconds between looks when no notification comes.")
 @click.option("--grace", default=30.0, show_default=True,
               help="On SIGTERM, seconds to let running executions finish before handing them back.")
+@click.option("--no-notify", is_flag=True, help="Poll only; do not LISTEN for Postgres notifications.")
 @pass_settings
 def worker(settings: Settings, app: str, concurrency: int, lease_seconds: float, poll_interval: float,
-           grace: float) -> None:
+           grace: float, no_notify: bool) -> None:
     """Run ready executions until SIGTERM: decided, due, detached, or left by a dead process."""
     from ._worker import ExecutionWorker
 
@@ -217,6 +218,7 @@ def worker(settings: Settings, app: str, concurrency: int, lease_seconds: float,
     async def main() -> None:
         async with open_store(settings.store) as store, ExecutionWorker(
             store, runners, concurrency=concurrency, lease_seconds=lease_seconds, poll_interval=poll_interval,
+            notify=not no_notify,
         ) as running:
             logging.getLogger("tether.worker").info(
                 "worker %s on %s for %s", running.name, settings.store, ", ".join(r.root_path for r in runners))

@@ -64,6 +64,7 @@ class ExecutionWorker:
             at most this late; Postgres notifications make decisions immediate).
         name: Its lease owner name (default: host, pid and a random suffix).
         on_result: Called with each result (an end, or a pause) of a run it made.
+        notify: Listen for Postgres notifications (else poll only).
 
     Example:
         ```python
@@ -82,6 +83,7 @@ class ExecutionWorker:
         poll_interval: float = 1.0,
         name: str | None = None,
         on_result: Callable[[RunResult], object] | None = None,
+        notify: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError(f"concurrency={concurrency}: a worker runs at least one execution at a time.")
@@ -94,6 +96,7 @@ class ExecutionWorker:
         self.poll_interval = poll_interval
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.on_result = on_result
+        self.notify = notify
         self.completed = 0
         """Runs this worker took to an end or a pause."""
         self._running: set[str] = set()
@@ -152,7 +155,7 @@ class ExecutionWorker:
                 return 0
             leases = await self.store.take_work(owner=self.name, lease_seconds=self.lease_seconds, limit=free,
                                                 roots=[r.root_path for r in self.operator.runners])
-            if self._listener is None or self._listener.closed:
+            if self.notify and (self._listener is None or self._listener.closed):
                 await self._listen()  # the server restarted, say: notifications again
         except StoreError as exc:  # the database is away: try again at the next poll
             log.warning("worker %s cannot reach the store: %s", self.name, exc)
@@ -193,7 +196,7 @@ class ExecutionWorker:
 
     async def _listen(self) -> None:
         listen: Any = getattr(self.store, "listen", None)
-        if listen is None:
+        if listen is None or not self.notify:
             return
         try:
             self._listener = await listen(self._poke)
