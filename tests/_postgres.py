@@ -148,3 +148,17 @@ def backends_waiting_on_locks(dsn: str) -> int:
         "AND wait_event_type = 'Lock'",
     )
     return int(rows[0][0])
+
+
+def admin_script(dsn: str, script: str) -> None:
+    """Run several statements (one simple query) on a fresh connection, from any thread or event loop."""
+
+    async def run() -> None:
+        conn = await asyncpg.connect(dsn, timeout=10)
+        try:
+            await conn.execute(script)
+        finally:
+            await conn.close()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, run()).result()

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import anyio
 from tether.stores import SCHEMA_VERSION, PostgresStore, SQLiteStore, Store
+from tether.stores._migrations import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
 
-from tests._postgres import admin_sql
+from tests._postgres import admin_script, admin_sql
 
 STARTERS = 6
 
@@ -44,3 +45,38 @@ async def test_sqlite_database_is_in_wal_mode(tmp_path: Path) -> None:
         await store.count_pending()
     with sqlite3.connect(tmp_path / "a.db") as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+async def test_a_version_1_sqlite_database_is_upgraded_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    with sqlite3.connect(path) as db:
+        for version in (0, 1):
+            for statement in SQLITE_MIGRATIONS[version]:
+                db.execute(statement)
+        db.execute("INSERT INTO tether_schema (version, applied_at) VALUES (1, 0)")
+        db.execute("INSERT INTO tether_executions (id, runner, root_path, fingerprint, status, input, lease_epoch, "
+                   "next_seq, created_at, updated_at) VALUES ('old', 'r', 'chain:r', '', 'paused', 'null', 1, 1, 0, 0)")
+    async with SQLiteStore(path) as store:
+        execution = await store.get_execution("old")
+        assert execution is not None
+        assert (execution.status, execution.wake_at) == ("paused", None)
+    with sqlite3.connect(path) as db:
+        assert [r[0] for r in db.execute("SELECT version FROM tether_schema ORDER BY version")] == [1, 2]
+
+
+async def test_a_version_1_postgres_schema_is_upgraded_in_place(postgres_dsn: str, pg_schema: str) -> None:
+    statements = [f'CREATE SCHEMA "{pg_schema}"', f'SET search_path TO "{pg_schema}"']
+    statements += [s for version in (0, 1) for s in POSTGRES_MIGRATIONS[version]]
+    statements += ["INSERT INTO tether_schema (version) VALUES (1)",
+                   ("INSERT INTO tether_executions (id, runner, root_path, fingerprint, status, input, lease_epoch, "
+                   "next_seq, created_at, updated_at) VALUES ('old', 'r', 'chain:r', '', 'paused', 'null', 1, 1, "
+                   "now(), now())")]
+    await anyio.to_thread.run_sync(admin_script, postgres_dsn, ";\n".join(statements))
+    async with PostgresStore(postgres_dsn, schema=pg_schema) as store:
+        execution = await store.get_execution("old")
+        assert execution is not None
+        assert (execution.status, execution.wake_at) == ("paused", None)
+    rows = await anyio.to_thread.run_sync(
+        admin_sql, postgres_dsn, f"SELECT version FROM {pg_schema}.tether_schema ORDER BY version"
+    )
+    assert [row[0] for row in rows] == [1, 2]
