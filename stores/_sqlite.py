@@ -49,7 +49,7 @@ from ._models import (
     StartResult,
 )
 from ._protocol import SCHEMA_VERSION, check_limit
-from ._sqlite_worker import run_on_worker
+from ._sqlite_worker import GroupCommit, run_on_worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -188,6 +188,7 @@ class SQLiteStore(DriverStore):
         self.synchronous: Synchronous = synchronous
         self.busy_timeout = busy_timeout
         self._conn: aiosqlite.Connection | None = None
+        self._group: GroupCommit | None = None
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
@@ -220,6 +221,7 @@ class SQLiteStore(DriverStore):
             await conn.close()
             self._conn = None
             raise
+        self._group = GroupCommit(conn, _now)
 
     def _configure(self, db: sqlite3.Connection) -> None:
         db.execute("PRAGMA journal_mode=WAL").fetchone()
@@ -245,11 +247,13 @@ class SQLiteStore(DriverStore):
             raise
 
     async def _close(self) -> None:
+        self._group = None
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()
 
     async def _abandon(self) -> None:
+        self._group = None
         conn, self._conn = self._conn, None
         if conn is not None:
             stopped = conn.stop()  # closes the connection on its own thread
@@ -281,22 +285,19 @@ class SQLiteStore(DriverStore):
         return await self._on_worker(fn, commits=False)
 
     async def _write(self, fn: Callable[[sqlite3.Connection, int], T]) -> T:
-        """Run ``fn(db, now)`` inside ``BEGIN IMMEDIATE`` .. ``COMMIT``."""
+        """Run ``fn(db, now)`` inside ``BEGIN IMMEDIATE`` .. ``COMMIT``, shared with concurrent writes.
 
-        def transaction(db: sqlite3.Connection) -> T:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(db, _now())
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
-            return result
-
-        # Once queued, the function runs to COMMIT or ROLLBACK on its thread; a
-        # cancelled caller waits for that outcome rather than guess it.
-        return await self._on_worker(transaction, commits=True)
+        Once queued, the function runs to COMMIT or ROLLBACK on its thread; a
+        cancelled caller waits for that outcome rather than guess it.
+        """
+        loop = self._driver_loop or await self._loop()
+        if not loop.reachable():
+            raise other_loop_error()
+        group = self._group
+        if group is None:  # pragma: no cover - guarded by DriverStore
+            raise StoreUnavailable(f"{self!r} is not open")
+        with _map_errors(self.path):
+            return await self._counted(group.write(fn))
 
     @staticmethod
     def _fence(db: sqlite3.Connection, lease: Lease, now: int, count: int, extra: str = "",
