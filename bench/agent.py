@@ -252,8 +252,8 @@ def measure(rounds: int, turns: int, dsn: str | None) -> dict[str, dict[str, lis
     return results
 
 
-def growth(short: int = 10, long: int = 40) -> dict[str, tuple[int, int]]:
-    """Bytes each framework stores for a `short` and a `long` run (SQLite NORMAL)."""
+def growth(turns: tuple[int, ...] = (10, 20, 40)) -> dict[str, list[int]]:
+    """Bytes each framework stores for runs of each length in ``turns`` (SQLite NORMAL)."""
     tmp = Path(tempfile.mkdtemp(prefix="tether-agent-growth-"))
 
     def tether_bytes(turns: int) -> int:
@@ -271,13 +271,13 @@ def growth(short: int = 10, long: int = 40) -> dict[str, tuple[int, int]]:
         return sqlite_bytes(path, ("checkpoints", "writes"))
 
     return {
-        "tether (journal payloads as JSON)": (tether_bytes(short), tether_bytes(long)),
-        "fastaiagent (table checkpoints)": (fastaiagent_bytes(short), fastaiagent_bytes(long)),
-        "LangGraph (tables checkpoints + writes)": (langgraph_bytes(short), langgraph_bytes(long)),
+        "tether (journal payloads as JSON)": [tether_bytes(n) for n in turns],
+        "fastaiagent (table checkpoints)": [fastaiagent_bytes(n) for n in turns],
+        "LangGraph (tables checkpoints + writes)": [langgraph_bytes(n) for n in turns],
     }
 
 
-def report(results: dict[str, dict[str, list[float]]], turns: int, sizes: dict[str, tuple[int, int]]) -> str:
+def report(results: dict[str, dict[str, list[float]]], turns: int, sizes: dict[str, list[int]]) -> str:
     lines = []
     for config, peers in results.items():
         tether = statistics.median(peers["tether (asyncio)"])
@@ -291,10 +291,10 @@ def report(results: dict[str, dict[str, list[float]]], turns: int, sizes: dict[s
             if name in peers:
                 lines.append(f"\nratio agent-{turns} {config} {name}/tether = "
                              f"{statistics.median(peers[name]) / tether:.2f}")
-    lines += ["\n### Stored bytes, 40 turns over 10 turns (SQLite)\n",
-              "| peer | bytes at 10 turns | bytes at 40 turns | 40/10 |", "|---|---|---|---|"]
-    for name, (short, long) in sizes.items():
-        lines.append(f"| {name} | {short:,} | {long:,} | {long / short:.1f} |")
+    lines += ["\n### Stored bytes after 10, 20 and 40 turns (SQLite)\n",
+              "| peer | 10 turns | 20 turns | 40 turns | 40/10 |", "|---|---|---|---|---|"]
+    for name, (ten, twenty, forty) in sizes.items():
+        lines.append(f"| {name} | {ten:,} | {twenty:,} | {forty:,} | {forty / ten:.1f} |")
     return "\n".join(lines)
 
 
@@ -304,9 +304,13 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=40)
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="admin DSN; each run uses a schema of its own ('' to skip)")
+    parser.add_argument("--json", help="also write the raw results to this file (for python -m bench's plots)")
     args = parser.parse_args()
     results = measure(args.rounds, args.turns, args.postgres or None)
-    print(report(results, args.turns, growth()))
+    sizes = growth()
+    print(report(results, args.turns, sizes))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"per_turn": results, "bytes": sizes, "turns": [10, 20, 40]}))
 
 
 if __name__ == "__main__":

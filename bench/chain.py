@@ -240,8 +240,12 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=200)
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="admin DSN; each run uses a schema of its own ('' to skip)")
+    parser.add_argument("--json", help="also write the raw results to this file (for python -m bench's plots)")
     args = parser.parse_args()
-    print(report(*measure(args.rounds, args.nodes, args.postgres or None)))
+    results, growth = measure(args.rounds, args.nodes, args.postgres or None)
+    print(report(results, growth))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"per_node": results, "nodes": args.nodes}))
 
 
 if __name__ == "__main__":
