@@ -5,7 +5,8 @@
 Peers in the same run, interleaved round by round (their order shuffled):
 tether `Chain`; fastaiagent 1.94 `Chain` with its SQLite/Postgres checkpointer;
 LangGraph `StateGraph` with `AsyncSqliteSaver`/`AsyncPostgresSaver`, durability
-"sync". Beside them, the floor: the raw driver doing one INSERT+COMMIT of the
+"sync"; DBOS 3.4, a workflow of async steps on its SQLite or Postgres system
+database. Beside them, the floor: the raw driver doing one INSERT+COMMIT of the
 same bytes per node. SQLite runs in WAL at synchronous FULL and NORMAL for every
 peer alike; Postgres with the server's synchronous_commit (on).
 """
@@ -141,6 +142,36 @@ async def run_langgraph(kind: str, target: str, synchronous: str, count: int) ->
         return await timed(saver)
 
 
+async def run_dbos(kind: str, target: str, synchronous: str, count: int) -> float:
+    """A DBOS 3.4 workflow of `count` async steps, each returning the same small update."""
+    from dbos import DBOS
+
+    from bench.concurrency import dbos_config
+
+    @DBOS.step()
+    async def node(state: dict[str, Any]) -> dict[str, Any]:
+        return {"step": state["step"] + 1, "note": UPDATE["note"]}
+
+    @DBOS.workflow()
+    async def line(steps: int) -> dict[str, Any]:
+        state: dict[str, Any] = {"step": 0}
+        for _ in range(steps):
+            state.update(await node(state))
+        return state
+
+    config = "Postgres" if kind == "postgres" else f"SQLite {synchronous}"
+    DBOS(config=dbos_config(config, target, f"dbos_{uuid.uuid4().hex[:8]}"))  # type: ignore[arg-type]
+    DBOS.launch()
+    try:
+        start = time.perf_counter()
+        result = await line(count)
+        elapsed = time.perf_counter() - start
+        assert result["step"] == count, result
+        return elapsed / count * 1e6
+    finally:
+        DBOS.destroy()
+
+
 def sqlite_floor(path: Path, synchronous: str, count: int) -> float:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
@@ -181,6 +212,7 @@ def measure(rounds: int, count: int, dsn: str | None) -> tuple[dict[str, dict[st
             runs: list[tuple[str, Callable[[], Awaitable[float]]]] = [
                 ("fastaiagent", lambda s=sync: run_fastaiagent("sqlite", str(fresh("fa")), s, count)),
                 ("LangGraph", lambda s=sync: run_langgraph("sqlite", str(fresh("lg")), s, count)),
+                ("DBOS", lambda s=sync: run_dbos("sqlite", str(fresh("db")), s, count)),
             ]
             random.shuffle(runs)
             for name, job in runs:
@@ -197,6 +229,7 @@ def measure(rounds: int, count: int, dsn: str | None) -> tuple[dict[str, dict[st
             runs = [
                 ("fastaiagent", lambda: run_fastaiagent("postgres", dsn, "", count)),
                 ("LangGraph", lambda: run_langgraph("postgres", dsn, "", count)),
+                ("DBOS", lambda: run_dbos("postgres", dsn, "", count)),
             ]
             random.shuffle(runs)
             for name, job in runs:
@@ -223,7 +256,7 @@ def report(results: dict[str, dict[str, list[float]]], growth: dict[str, Any]) -
         for name, samples in peers.items():
             us = statistics.median(samples)
             lines.append(f"| {name} | {us:,.0f} | {us / tether:.2f} | {us / floor:.2f} |")
-        for name in ("fastaiagent", "LangGraph"):
+        for name in ("fastaiagent", "LangGraph", "DBOS"):
             if name in peers:
                 lines.append(f"\nratio chain-200 {config} {name}/tether = "
                              f"{statistics.median(peers[name]) / tether:.2f}")
