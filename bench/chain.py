@@ -246,7 +246,7 @@ def measure(rounds: int, count: int, dsn: str | None) -> tuple[dict[str, dict[st
     return results, growth
 
 
-def report(results: dict[str, dict[str, list[float]]], growth: dict[str, Any]) -> str:
+def report(results: dict[str, dict[str, list[float]]], growth: dict[str, Any], nodes: int = 200) -> str:
     lines = []
     for config, peers in results.items():
         tether = statistics.median(peers["tether (asyncio)"])
@@ -258,7 +258,7 @@ def report(results: dict[str, dict[str, list[float]]], growth: dict[str, Any]) -
             lines.append(f"| {name} | {us:,.0f} | {us / tether:.2f} | {us / floor:.2f} |")
         for name in ("fastaiagent", "LangGraph", "DBOS"):
             if name in peers:
-                lines.append(f"\nratio chain-200 {config} {name}/tether = "
+                lines.append(f"\nratio chain-{nodes} {config} {name}/tether = "
                              f"{statistics.median(peers[name]) / tether:.2f}")
         sizes = growth.get(config)
         if sizes:
@@ -276,7 +276,7 @@ def main() -> None:
     parser.add_argument("--json", help="also write the raw results to this file (for python -m bench's plots)")
     args = parser.parse_args()
     results, growth = measure(args.rounds, args.nodes, args.postgres or None)
-    print(report(results, growth))
+    print(report(results, growth, args.nodes))
     if args.json:
         Path(args.json).write_text(json.dumps({"per_node": results, "nodes": args.nodes}))
 
