@@ -93,10 +93,13 @@ class Runner:
         async with Runtime(self._store(), lease_seconds=self.lease_seconds) as rt:
             await rt.claim(execution_id, value, path=path)
 
-    async def run_leased(self, lease: Lease) -> RunResult:
-        """Run an execution a worker leased with `Store.take_work` (what `ExecutionWorker` calls)."""
+    async def run_leased(self, lease: Lease, *, lease_seconds: float | None = None) -> RunResult:
+        """Run an execution a worker leased with `Store.take_work` (what `ExecutionWorker` calls).
+
+        ``lease_seconds`` is the worker's: its renewals must match the lease it took.
+        """
         actor = self._prepare()
-        async with Runtime(self._store(), lease_seconds=self.lease_seconds) as rt:
+        async with Runtime(self._store(), lease_seconds=lease_seconds or self.lease_seconds) as rt:
             return self._typed(await rt.drive(actor, lease))
 
     async def resume(

@@ -23,6 +23,7 @@ from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError, to_json
 from tether.stores import SerializationError, UsageError
 
+from . import _faults
 from ._interrupt import current_segment
 
 if TYPE_CHECKING:
@@ -157,6 +158,7 @@ def idempotent(
                     result = await func(*args, **kwargs)
                 finally:
                     _current_key.reset(token)
+                _faults.reached("before_record")
                 await journal.store.put_idempotent(journal.lease, record_key, encode(result, record_key))
                 return result
 
@@ -185,6 +187,7 @@ def idempotent(
                 result = func(*args, **kwargs)
             finally:
                 _current_key.reset(token)
+            _faults.reached("before_record")
             anyio.from_thread.run(journal.store.put_idempotent, journal.lease, record_key,
                                   encode(result, record_key))
             return result

@@ -20,7 +20,7 @@ from tether.stores import (
     Store,
 )
 
-from . import _delta
+from . import _delta, _faults
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -78,6 +78,8 @@ class Loaded:
     """Resume decisions per unhandled inbox seq: call path -> values, oldest first."""
     steps: dict[int, dict[str, Any]]
     """Results of durable steps per unhandled inbox seq: step key -> result."""
+    finished: tuple[bool, Any] = (False, None)
+    """Whether an execution's root finished, and with what output."""
 
 
 class ActorJournal:
@@ -129,17 +131,23 @@ class ActorJournal:
     async def record_inbox(self, message: Any, ask_id: str | None) -> int:
         payload: dict[str, Any] = {"message": self.codec.encode(message), "id": ask_id}
         [seq] = await self.store.append(self.lease, [NewEntry(path=self.path, label="inbox", payload=payload)])
+        _faults.wrote()
         if ask_id is not None:
             self.asks[ask_id] = (seq, False, None)
             self._ids[seq] = ask_id
         return seq
 
     async def record_handled(self, inbox_seq: int | None, delta: dict[str, Any],
-                             state: dict[str, Any], reply: Any) -> None:
+                             state: dict[str, Any], reply: Any,
+                             finish: tuple[bool, Any] = (False, None)) -> None:
         ask_id = self._ids.get(inbox_seq) if inbox_seq is not None else None
         payload: dict[str, Any] = {"inbox": inbox_seq, "delta": delta}
         if ask_id is not None:
             payload["reply"] = reply
+        if finish[0]:
+            # An execution's output, with the boundary that produced it: a process that dies
+            # before releasing the lease leaves a run the next recovery completes at once.
+            payload["finish"] = {"output": finish[1]}
         self.handled += 1
         entries = [NewEntry(path=self.path, label=f"msg:{self.handled}", payload=payload)]
         if self.handled % self.snapshot_every == 0:
@@ -149,6 +157,7 @@ class ActorJournal:
         except SerializationError:
             self.handled -= 1
             raise
+        _faults.wrote()
         if ask_id is not None:
             self.asks[ask_id] = (inbox_seq, True, reply)  # type: ignore[assignment]
 
@@ -163,10 +172,12 @@ class ActorJournal:
             await self.store.suspend(self.lease, entries, interrupt)
         except DuplicateInterrupt:
             pass  # still pending from before: handled again, it asks again for the same decision
+        _faults.wrote()
 
     async def record_step(self, inbox_seq: int | None, label: str, key: str, result: Any) -> None:
         payload = {"inbox": inbox_seq, "step": key, "result": result}
         await self.store.append(self.lease, [NewEntry(path=self.path, label=label, payload=payload)])
+        _faults.wrote()
 
     async def release(self) -> None:
         """Give up a standalone durable actor's lease (it stays ``running``, unheld)."""
@@ -185,6 +196,7 @@ class ActorJournal:
         self.asks.clear()
         self._ids.clear()
         handled_count = 0
+        finished: dict[str, Any] | None = None
         mine = self.path + "/"
         for entry in await self.store.read_journal(self.lease.execution_id):
             payload: Any = entry.payload
@@ -213,6 +225,8 @@ class ActorJournal:
                 steps.setdefault(payload["inbox"], {})[payload["step"]] = payload["result"]
             elif entry.label.startswith("msg:"):
                 handled_count += 1
+                if "finish" in payload:
+                    finished = payload["finish"]
                 history.append(("delta", payload["delta"]))
                 inbox.pop(payload["inbox"], None)
                 decisions.pop(payload["inbox"], None)
@@ -222,4 +236,5 @@ class ActorJournal:
                     self.asks[ask_id] = (payload["inbox"], True, payload.get("reply"))
         self.handled = handled_count
         unhandled = [(seq, message, ask_id) for seq, (message, ask_id) in sorted(inbox.items())]
-        return Loaded(_delta.restore(history), unhandled, decisions, steps)
+        return Loaded(_delta.restore(history), unhandled, decisions, steps,
+                      (False, None) if finished is None else (True, finished["output"]))

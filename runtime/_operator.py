@@ -50,8 +50,8 @@ class Resumable(Protocol):
         """Continue an execution (with a decision, or after a crash)."""
         ...
 
-    async def run_leased(self, lease: Lease) -> RunResult:
-        """Run an execution a worker leased."""
+    async def run_leased(self, lease: Lease, *, lease_seconds: float | None = None) -> RunResult:
+        """Run an execution a worker leased, renewing the lease at the worker's length."""
         ...
 
 

@@ -364,15 +364,21 @@ class Runtime:
                     await root.send(start)
                 await state.done.wait()
                 renewal.cancel_scope.cancel()
-        except BaseException:
+        except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await group.stop_all()
                 group.close()
                 if not state.lost:
-                    # Stopped from outside (a worker shutting down): hand the lease back, so
-                    # another process continues from the journal at once, not at expiry.
                     with contextlib.suppress(StoreError):
-                        await self.store.release_lease(state.holder.lease)
+                        if isinstance(exc, Exception) and not _outage(exc):
+                            # It cannot even start (a state that no longer loads, say): a verdict,
+                            # or workers would take it up again and again.
+                            await self.store.release_lease(state.holder.lease, status="failed",
+                                                           error=_describe(exc))
+                        else:
+                            # Stopped from outside (a worker shutting down, the store away): hand
+                            # the lease back, so another process continues from the journal at once.
+                            await self.store.release_lease(state.holder.lease)
             raise
         with anyio.CancelScope(shield=True):
             await group.stop_all()
@@ -501,4 +507,6 @@ def _describe(error: BaseException | None) -> str | None:
         return None
     if isinstance(error, BaseExceptionGroup):
         return "; ".join(filter(None, (_describe(inner) for inner in error.exceptions)))
-    return f"{type(error).__name__}: {error}"
+    # Stored as text by every store: no NUL characters, no lone surrogates.
+    text = f"{type(error).__name__}: {error}".replace("\x00", "\\x00")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -129,7 +129,9 @@ class Slot:
             try:
                 instance.context = ActorContext(self.path, self.ref, children)
                 await self._load_state(instance)
-                if self.journal is not None and (self.execution is None or self.root):
+                if self.journal is not None and self.execution is None:
+                    # A standalone durable actor keeps its own lease; an execution's is kept
+                    # by the runtime's drive, which rides out a store's short outages.
                     tg.start_soon(self.journal.holder.keep, settings.lease_seconds)
                 await instance.started()
                 self.started = True
@@ -152,6 +154,10 @@ class Slot:
         instance.state = state_type.model_validate(loaded.state)
         self.decisions = loaded.decisions
         self.steps = loaded.steps
+        if self.root and loaded.finished[0] and self.execution is not None:
+            # It finished before its process died, between that entry and the release.
+            self.finish = loaded.finished
+            self.execution.end("completed", loaded.finished[1])
         if self.cold:
             # Accepted before the last process died, never handled: handle them first.
             self.redeliver.extend(Envelope(message, inbox_seq=seq, ask_id=ask_id)
@@ -206,7 +212,7 @@ class Slot:
                 if envelope.ask_id is not None:
                     reply = _as_json(reply)  # what a repeated ask will get back, so now too
                 await self.journal.record_handled(envelope.inbox_seq, _delta.diff(before or {}, after),
-                                                  after, reply)
+                                                  after, reply, self.finish if self.root else (False, None))
         except Exception as exc:
             if self.journal is not None and not isinstance(exc, StaleLease):
                 # The state rolls back to the journal; the message is handled again.

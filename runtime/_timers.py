@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from tether.stores import UsageError
 
 from ._idempotent import current_step
-from ._interrupt import Parked
+from ._interrupt import Parked, current_call
 
 
 async def sleep_until(when: datetime) -> None:
@@ -30,13 +30,18 @@ async def sleep_until(when: datetime) -> None:
     """
     if when.tzinfo is None:
         raise UsageError(f"sleep_until({when!r}) needs an aware datetime, e.g. datetime.now(UTC) + timedelta(days=1).")
+    await _park_until(when, when.isoformat())
+
+
+async def _park_until(when: datetime, argument: str) -> None:
     step = current_step.get()
-    if step is None:
+    if step is None or current_call.get() is None:
         raise UsageError(
             "sleep() and sleep_until() are durable timers: call them while a durable actor of "
             "Runtime.run(...) handles a message (a node, a tool, or the handler). Use anyio.sleep otherwise."
         )
-    key = step.key_for("sleep")
+    # Keyed by what was asked, so timers running at once keep their own due times on a replay.
+    key = step.key_for("sleep", argument)
     if key in step.recorded:
         due = datetime.fromisoformat(step.recorded[key])
     else:
@@ -48,4 +53,4 @@ async def sleep_until(when: datetime) -> None:
 
 async def sleep(seconds: float) -> None:
     """Wait, durably, for ``seconds``: `sleep_until` now plus that, fixed the first time."""
-    await sleep_until(datetime.now(UTC) + timedelta(seconds=seconds))
+    await _park_until(datetime.now(UTC) + timedelta(seconds=seconds), f"{seconds!r}s")

@@ -182,7 +182,7 @@ class ExecutionWorker:
                 await self.store.release_lease(lease)
                 return
             runner.store = self.store
-            result = await runner.run_leased(lease)
+            result = await runner.run_leased(lease, lease_seconds=self.lease_seconds)
             self.completed += 1
             log.info("worker %s ran %s: %s", self.name, lease.execution_id, result.status)
             if self.on_result is not None:

@@ -529,9 +529,12 @@ class PostgresStore(DriverStore):
         if target is not None:
             out = await self._fetch(
                 """WITH free AS (
+                    -- FOR UPDATE: a take_work or lease in flight finishes first, and the check
+                    -- then sees the lease it took.
                     SELECT 1 FROM tether_executions WHERE id = $1 AND NOT (
                         lease_owner IS NOT NULL AND lease_expires_at > now()
                         AND lease_owner IS DISTINCT FROM $5::text)
+                    FOR UPDATE
                 ), claimed AS (
                     DELETE FROM tether_pending
                     WHERE execution_id = $1 AND path = $2 AND ($3::bigint IS NULL OR seq = $3)

@@ -15,6 +15,8 @@ whose callback checks ``future.done()`` and then sets the value.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import threading
 from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -25,7 +27,6 @@ import anyio.lowlevel
 from ._bridge import _threadsafe_waker, rearm_cancellation
 
 if TYPE_CHECKING:
-    import sqlite3
     from collections.abc import Callable
 
     import aiosqlite
@@ -132,7 +133,12 @@ class GroupCommit:
                 if not batch:
                     self._job_queued = False
                     return
-            self._commit(db, batch)
+            try:
+                self._commit(db, batch)
+            except BaseException as exc:  # noqa: BLE001 - nothing may leave a caller waiting forever
+                for _, reply in batch:
+                    if not reply.done():
+                        reply.call_soon_threadsafe(_deliver, reply, (False, exc))
 
     def _commit(self, db: sqlite3.Connection,
                 batch: list[tuple[Callable[[sqlite3.Connection, int], Any], _Reply[Any]]]) -> None:
@@ -155,7 +161,8 @@ class GroupCommit:
             db.execute("COMMIT")
         except BaseException as exc:  # noqa: BLE001 - whatever it was, every caller must hear it
             if db.in_transaction:
-                db.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):  # the connection's own state says the rest
+                    db.execute("ROLLBACK")
             outcomes = [(False, exc)] * len(batch)
         for (_, reply), (ok, value) in zip(batch, outcomes, strict=True):
             reply.call_soon_threadsafe(_deliver, reply, (ok, value))
