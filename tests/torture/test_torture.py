@@ -80,7 +80,6 @@ class Sweep:
         else:
             final = first
         assert final["status"] == "completed", final
-        assert set(done(effects).values()) == {1}
         return final["output"], done(effects), writes
 
     def run(self, crashes: int, rng: random.Random) -> Tally:
