@@ -1,0 +1,130 @@
+"""Database faults under a running execution: connections killed by the server, a full disk.
+
+The run either rides the fault out or stops with a clear error; once the fault
+clears, recovery finishes it with nothing lost and nothing done twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from tether.actors import Chain
+from tether.runtime import LeaseHeld, RunResult
+from tether.stores import PostgresStore, SQLiteStore, StoreError
+
+from tests._postgres import admin_sql
+
+RUNS: Counter[str] = Counter()
+
+
+@pytest.fixture(autouse=True)
+def _clean() -> None:
+    RUNS.clear()
+
+
+async def recover(chain: Chain, execution_id: str) -> RunResult:
+    while True:
+        try:
+            return await chain.resume(execution_id)
+        except LeaseHeld as held:  # the stopped run's lease runs out first
+            await anyio.sleep(max(0.0, (held.expires_at - datetime.now(UTC)).total_seconds()) + 0.05)
+
+
+async def test_connections_killed_by_the_server_mid_run(postgres_dsn: str, pg_schema: str) -> None:
+    inside, go = anyio.Event(), anyio.Event()
+
+    def first(state: dict[str, Any]) -> dict[str, Any]:
+        RUNS["first"] += 1
+        return {"first": True}
+
+    async def middle(state: dict[str, Any]) -> dict[str, Any]:
+        RUNS["middle"] += 1
+        inside.set()
+        await go.wait()
+        return {"middle": True}
+
+    def last(state: dict[str, Any]) -> dict[str, Any]:
+        RUNS["last"] += 1
+        return {"last": True}
+
+    async with PostgresStore(postgres_dsn, schema=pg_schema) as store:
+        chain = Chain("killed", [first, middle, last], store=store, lease_seconds=1.0)
+        outcome: list[Any] = []
+
+        async def run() -> None:
+            try:
+                outcome.append(await chain.run({}, execution_id="k-1"))
+            except StoreError as exc:  # stopped with a clear error: acceptable, recovered below
+                outcome.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await inside.wait()
+            # Every connection of this database but the admin's own, mid-run.
+            await anyio.to_thread.run_sync(
+                admin_sql, postgres_dsn,
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            )
+            go.set()
+        result = outcome[0] if isinstance(outcome[0], RunResult) else await recover(chain, "k-1")
+    assert result.status == "completed"
+    assert result.output == {"first": True, "middle": True, "last": True}
+    assert RUNS["first"] == 1 and RUNS["last"] == 1  # finished steps never ran again
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs (root only: the test fails, clearly, where it cannot mount one)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"cannot mount a small tmpfs here ({done.stderr.strip()}); this test needs root")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)  # -l: a thread may still hold a file
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_full_disk_stops_the_run_and_loses_nothing(tiny_disk: Path) -> None:
+    def small(state: dict[str, Any]) -> dict[str, Any]:
+        RUNS["small"] += 1
+        return {"small": True}
+
+    def big(state: dict[str, Any]) -> dict[str, Any]:
+        RUNS["big"] += 1
+        return {"big": "x" * 300_000}  # more than the disk has left
+
+    filler = tiny_disk / "filler"
+    db = tiny_disk / "app.db"
+    store = SQLiteStore(db)
+    chain = Chain("full", [small, big], store=store, lease_seconds=1.0)
+    async with store:
+        await store.setup()
+        filler.write_bytes(b"\0" * (os.statvfs(tiny_disk).f_bavail * os.statvfs(tiny_disk).f_frsize - 200_000))
+        with pytest.raises(StoreError, match=r"disk is full"):
+            await chain.run({}, execution_id="d-1")
+    filler.unlink()  # the fault clears
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    async with SQLiteStore(db) as store:
+        chain.store = store
+        result = await recover(chain, "d-1")
+    assert result.status == "completed"
+    assert result.output == {"small": True, "big": "x" * 300_000}
+    assert RUNS["small"] == 1  # journaled before the disk filled: not run again
+    with contextlib.suppress(OSError):
+        db.unlink()
