@@ -149,3 +149,26 @@ def test_torture_sweep(scenario: str, database: str, backend: str, tmp_path: Pat
     tally = Sweep(scenario, backend, tmp_path, stores).run(crashes=3, rng=random.Random(f"{scenario}{database}"))
     print(tally.line())
     assert tally.mismatches == 0
+
+
+@pytest.mark.parametrize("scenario", ["line", "agent"])
+def test_a_kill_between_a_side_effect_and_its_record(scenario: str, tmp_path: Path) -> None:
+    """The gap idempotency keys close: the function runs again, with the same key, and the outside
+    system (which deduplicates by key, as a payment provider does) sees the effect once."""
+    sweep = Sweep(scenario, "asyncio", tmp_path, sqlite_stores(tmp_path))
+    expected, expected_done, _ = sweep.reference()
+    url, schema = sweep.fresh_store()
+    effects = sweep.effects()
+    code, _ = sweep.child(url, schema, "run", effects, "before_record")
+    assert code == -signal.SIGKILL
+    assert sum(attempts(effects).values()) == 1  # the effect happened, its record did not
+    code, result = sweep.finish(url, schema, effects, "recover", "")
+    assert code == 0
+    assert result["output"] == expected
+    assert done(effects) == expected_done  # once, as the outside system saw it
+    assert sum(attempts(effects).values()) == sum(expected_done.values()) + 1  # the one repeat, deduplicated
+
+
+def attempts(effects: Path) -> Counter[str]:
+    with sqlite3.connect(effects) as db:
+        return Counter(row[0] for row in db.execute("SELECT name FROM attempts"))
