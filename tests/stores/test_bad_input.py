@@ -228,3 +228,17 @@ def test_a_script_that_never_closes_its_store_exits(
             assert await store.get_execution("ex") is not None
 
     anyio.run(check, backend=backend)
+
+
+async def test_megabyte_payloads_round_trip(store: Store) -> None:
+    big = {"blob": "x" * 5_000_000, "items": list(range(100_000))}
+    started = await store.start_execution(NewExecution(execution_id="big", runner="r", root_path="agent:a"),
+                                          owner="me", lease_seconds=60)
+    assert started.lease is not None
+    pending = await store.suspend(started.lease, [NewEntry(path="agent:a", label="s", payload=big)],
+                                  NewInterrupt(path="agent:a/tool:t", reason="look", context=big))
+    assert pending.context == big
+    await store.release_lease(started.lease, status="paused")
+    decision = await store.claim("big", big, path="agent:a/tool:t")
+    assert decision.payload["value"] == big  # type: ignore[index, call-overload]
+    assert [e.payload for e in await store.read_journal("big")][0] == big
