@@ -241,4 +241,5 @@ async def test_megabyte_payloads_round_trip(store: Store) -> None:
     await store.release_lease(started.lease, status="paused")
     decision = await store.claim("big", big, path="agent:a/tool:t")
     assert decision.payload["value"] == big  # type: ignore[index, call-overload]
-    assert [e.payload for e in await store.read_journal("big")][0] == big
+    first = (await store.read_journal("big"))[0]
+    assert first.payload == big
