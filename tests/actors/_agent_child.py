@@ -8,19 +8,17 @@ to the runs file when it is asked turn N; tools write their own names.
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 import anyio.from_thread
 import anyio.to_thread
+from _child import run_child
 from tether.actors import Agent, AssistantMessage, Message, ScriptedLLM, ToolCall
-from tether.runtime import AlreadyResumed, Resume, idempotent, interrupt
-from tether.stores import LeaseHeld, PostgresStore, Store, open_store
+from tether.runtime import idempotent, interrupt
+from tether.stores import Store
 
 RUNS_FILE = os.environ["TETHER_TEST_RUNS"]
 BLOCK = os.environ.get("TETHER_TEST_BLOCK", "")
@@ -99,31 +97,10 @@ def build(scenario: str, store: Store) -> tuple[Agent, ScriptedLLM]:
     return agent, llm
 
 
-def show(result: Any, llm: ScriptedLLM) -> None:
-    print(json.dumps({**result.model_dump(mode="json"), "llm_calls": llm.calls}), flush=True)
-
-
-async def main(url: str, scenario: str, mode: str, execution_id: str, schema: str | None) -> None:
-    store: Store = PostgresStore(url, schema=schema) if schema else open_store(url)
-    async with store:
-        agent, llm = build(scenario, store)
-        if mode == "run":
-            show(await agent.run("Handle order A1.", execution_id=execution_id), llm)
-        elif mode == "resume":
-            try:
-                show(await agent.resume(execution_id, Resume(approved=True)), llm)
-            except AlreadyResumed:
-                print(json.dumps({"status": "already_resumed"}), flush=True)
-        else:
-            while True:
-                try:
-                    show(await agent.resume(execution_id), llm)
-                    return
-                except LeaseHeld as held:
-                    await anyio.sleep(max(0.0, (held.expires_at - datetime.now(UTC)).total_seconds()) + 0.05)
+def with_calls(scenario: str, store: Store) -> tuple[Agent, Any]:
+    agent, llm = build(scenario, store)
+    return agent, lambda: {"llm_calls": llm.calls}
 
 
 if __name__ == "__main__":
-    url, backend, scenario, mode, execution_id = sys.argv[1:6]
-    anyio.run(main, url, scenario, mode, execution_id, sys.argv[6] if len(sys.argv) > 6 else None,
-              backend=backend)
+    run_child(with_calls, "Handle order A1.")

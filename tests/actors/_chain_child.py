@@ -9,16 +9,14 @@ Every node run is appended to TETHER_TEST_RUNS (outside the store), fsynced.
 
 from __future__ import annotations
 
-import json
 import os
-import sys
-from datetime import UTC, datetime
 from typing import Any
 
 import anyio
+from _child import run_child
 from tether.actors import Chain
-from tether.runtime import AlreadyResumed, Resume, interrupt
-from tether.stores import LeaseHeld, PostgresStore, Store, open_store
+from tether.runtime import interrupt
+from tether.stores import Store
 
 RUNS_FILE = os.environ["TETHER_TEST_RUNS"]
 BLOCK = os.environ.get("TETHER_TEST_BLOCK", "")
@@ -84,31 +82,5 @@ def build(scenario: str, store: Store) -> Chain:
     return chain
 
 
-def show(result: Any) -> None:
-    print(json.dumps(result.model_dump(mode="json")), flush=True)
-
-
-async def main(url: str, scenario: str, mode: str, execution_id: str, schema: str | None) -> None:
-    store: Store = PostgresStore(url, schema=schema) if schema else open_store(url)
-    async with store:
-        chain = build(scenario, store)
-        if mode == "run":
-            show(await chain.run({"x": True, "amount": 50_000}, execution_id=execution_id))
-        elif mode == "resume":
-            try:
-                show(await chain.resume(execution_id, Resume(approved=True)))
-            except AlreadyResumed:
-                print(json.dumps({"status": "already_resumed"}), flush=True)
-        else:
-            while True:
-                try:
-                    show(await chain.resume(execution_id))
-                    return
-                except LeaseHeld as held:
-                    await anyio.sleep(max(0.0, (held.expires_at - datetime.now(UTC)).total_seconds()) + 0.05)
-
-
 if __name__ == "__main__":
-    url, backend, scenario, mode, execution_id = sys.argv[1:6]
-    anyio.run(main, url, scenario, mode, execution_id, sys.argv[6] if len(sys.argv) > 6 else None,
-              backend=backend)
+    run_child(lambda scenario, store: (build(scenario, store), dict), {"x": True, "amount": 50_000})

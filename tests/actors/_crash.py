@@ -3,7 +3,8 @@
 A child script takes ``STORE_URL BACKEND SCENARIO MODE EXECUTION_ID [SCHEMA]``,
 prints ``in <step>`` when it reaches the step named by ``TETHER_TEST_BLOCK``
 (``<step>:<visit>``) and blocks there, appends every run of every step to the
-file ``TETHER_TEST_RUNS`` (outside the store), and prints its result as JSON.
+file ``TETHER_TEST_RUNS`` (outside the store), announces each journal write it
+commits (``recorded <label>``), and prints its result as JSON (see _child.py).
 """
 
 from __future__ import annotations
@@ -13,20 +14,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
-from tether.stores import PostgresStore, SQLiteStore
 
 
 class Scenario:
-    def __init__(self, child: Path, url: str, backend: str, extra: list[str], runs: Path, store: Any) -> None:
+    def __init__(self, child: Path, url: str, backend: str, extra: list[str], runs: Path) -> None:
         self.child = child
-        self.url, self.backend, self.extra, self.runs, self.make_store = url, backend, extra, runs, store
+        self.url, self.backend, self.extra, self.runs = url, backend, extra, runs
         runs.touch()
         self.env = {**os.environ, "TETHER_TEST_RUNS": str(runs)}
 
@@ -40,27 +38,23 @@ class Scenario:
         return json.loads(done.stdout.strip().splitlines()[-1])
 
     def kill_inside(self, scenario: str, block: str, also_recorded: str | tuple[str, ...] = ()) -> None:
+        """Run, and SIGKILL the child once it blocks in ``block`` and has journaled ``also_recorded``.
+
+        The child says both on its stdout (see _child.py): the wait is on the pipe.
+        """
         env = {**self.env, "TETHER_TEST_BLOCK": block}
+        labels = (also_recorded,) if isinstance(also_recorded, str) else also_recorded
+        awaited = {f"in {block.split(':')[0]}", *(f"recorded {label}" for label in labels)}
         with subprocess.Popen(self.command(scenario, "run"), stdout=subprocess.PIPE, text=True, env=env) as proc:
             assert proc.stdout is not None
-            assert proc.stdout.readline().strip() == f"in {block.split(':')[0]}"
-            for label in (also_recorded,) if isinstance(also_recorded, str) else also_recorded:
-                self.wait_for_record(scenario, label)
+            for line in proc.stdout:
+                awaited.discard(line.strip())
+                if not awaited:
+                    break
+            assert not awaited, f"the child ended before {awaited}"
             proc.send_signal(signal.SIGKILL)
             proc.communicate(timeout=30)
         assert proc.returncode == -signal.SIGKILL
-
-    def wait_for_record(self, execution_id: str, label: str) -> None:
-        async def recorded() -> bool:
-            async with self.make_store() as store:
-                return any(e.label == label for e in await store.read_journal(execution_id))
-
-        # The condition lives in another process's commit: no event crosses that boundary,
-        # so poll the store, bounded by a deadline.
-        deadline = time.monotonic() + 30
-        while not anyio.run(recorded):
-            assert time.monotonic() < deadline, f"{label} was never recorded"
-            time.sleep(0.02)
 
     def counts(self) -> Counter[str]:
         return Counter(self.runs.read_text().split())
@@ -70,9 +64,8 @@ def make_scenario(child: Path, request: pytest.FixtureRequest, tmp_path: Path, b
     """A scenario on the store ``request.param`` names (``sqlite`` or ``postgres``)."""
     if request.param == "sqlite":
         db = tmp_path / "runner.db"
-        return Scenario(child, f"sqlite:///{db}", backend, [], tmp_path / "runs.txt", lambda: SQLiteStore(db))
+        return Scenario(child, f"sqlite:///{db}", backend, [], tmp_path / "runs.txt")
     dsn, schema = request.getfixturevalue("postgres_dsn"), request.getfixturevalue("pg_schema")
-    return Scenario(child, dsn, backend, [schema], tmp_path / "runs.txt",
-                    lambda: PostgresStore(dsn, schema=schema))
+    return Scenario(child, dsn, backend, [schema], tmp_path / "runs.txt")
 
 

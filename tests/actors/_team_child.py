@@ -8,19 +8,17 @@ writes ``llm-<agent>-<turn>`` to the runs file when asked; tools write their nam
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 import anyio.from_thread
 import anyio.to_thread
+from _child import run_child
 from tether.actors import Agent, AssistantMessage, Message, ScriptedLLM, Supervisor, Swarm, ToolCall, Worker
-from tether.runtime import AlreadyResumed, Resume, interrupt
-from tether.stores import LeaseHeld, PostgresStore, Store, open_store
+from tether.runtime import interrupt
+from tether.stores import Store
 
 RUNS_FILE = os.environ["TETHER_TEST_RUNS"]
 BLOCK = os.environ.get("TETHER_TEST_BLOCK", "")
@@ -106,31 +104,5 @@ def build(scenario: str, store: Store) -> Swarm | Supervisor:
     return Supervisor(scenario, llm=CountingLLM("planner", script), workers=workers, store=store, lease_seconds=1.0)
 
 
-def show(result: Any) -> None:
-    print(json.dumps(result.model_dump(mode="json")), flush=True)
-
-
-async def main(url: str, scenario: str, mode: str, execution_id: str, schema: str | None) -> None:
-    store: Store = PostgresStore(url, schema=schema) if schema else open_store(url)
-    async with store:
-        team = build(scenario, store)
-        if mode == "run":
-            show(await team.run("Investigate and report.", execution_id=execution_id))
-        elif mode == "resume":
-            try:
-                show(await team.resume(execution_id, Resume(approved=True)))
-            except AlreadyResumed:
-                print(json.dumps({"status": "already_resumed"}), flush=True)
-        else:
-            while True:
-                try:
-                    show(await team.resume(execution_id))
-                    return
-                except LeaseHeld as held:
-                    await anyio.sleep(max(0.0, (held.expires_at - datetime.now(UTC)).total_seconds()) + 0.05)
-
-
 if __name__ == "__main__":
-    url, backend, scenario, mode, execution_id = sys.argv[1:6]
-    anyio.run(main, url, scenario, mode, execution_id, sys.argv[6] if len(sys.argv) > 6 else None,
-              backend=backend)
+    run_child(lambda scenario, store: (build(scenario, store), dict), "Investigate and report.")
