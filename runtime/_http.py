@@ -2,6 +2,7 @@
 
     GET  /api/pending                     pending interrupts (?path_prefix=)
     GET  /api/executions/{id}             an execution, its pending interrupts, its journal
+                                          (?wait=S: once the run this server continues settles)
     POST /api/executions/{id}/resume      body: the decision (JSON object); ?path= and ?seq= pick one
     GET  /approvals                       the page: pending interrupts with Approve / Reject
     GET  /executions/{id}                 the page: one execution's timeline
@@ -157,7 +158,16 @@ def create_app(
 
     @api
     async def get_execution(request: Request) -> Response:
-        view = await operator.show(request.path_params["execution_id"])
+        execution_id = request.path_params["execution_id"]
+        if "wait" in request.query_params and execution_id in settled:
+            # A long poll: answer once the run this server continues has paused or ended.
+            try:
+                seconds = min(float(request.query_params["wait"]), 60.0)
+            except ValueError:
+                return _problem(400, "wait= takes a number of seconds (at most 60).")
+            with anyio.move_on_after(seconds):
+                await settled[execution_id].wait()
+        view = await operator.show(execution_id)
         return JSONResponse({
             "execution": view.execution.model_dump(mode="json"),
             "pending": [row.model_dump(mode="json") for row in view.pending],
