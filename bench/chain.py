@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import random
 import sqlite3
@@ -24,6 +25,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -62,25 +64,18 @@ async def run_tether(store_factory: Callable[[], Any], count: int) -> tuple[floa
 
 async def run_fastaiagent(kind: str, target: str, synchronous: str, count: int) -> float:
     from fastaiagent import Chain as FChain, FunctionTool
-    from fastaiagent._internal import storage
 
-    if kind == "sqlite":
-        from fastaiagent import SQLiteCheckpointer
+    from bench.agent import fastaiagent_synchronous
 
-        real_connect = sqlite3.connect
+    with fastaiagent_synchronous(synchronous) if kind == "sqlite" else nullcontext():
+        if kind == "sqlite":
+            from fastaiagent import SQLiteCheckpointer
 
-        def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-            conn = real_connect(*args, **kwargs)
-            conn.execute(f"PRAGMA synchronous={synchronous}")  # the same setting as the others
-            return conn
+            checkpointer: Any = SQLiteCheckpointer(target)
+        else:
+            from fastaiagent.checkpointers.postgres import PostgresCheckpointer
 
-        storage.sqlite3.connect = connect  # type: ignore[attr-defined]
-        checkpointer: Any = SQLiteCheckpointer(target)
-    else:
-        from fastaiagent.checkpointers.postgres import PostgresCheckpointer
-
-        checkpointer = PostgresCheckpointer(target, schema=f"fa_{uuid.uuid4().hex[:8]}")
-    try:
+            checkpointer = PostgresCheckpointer(target, schema=f"fa_{uuid.uuid4().hex[:8]}")
         checkpointer.setup()
 
         def step(step: int = 0) -> dict[str, Any]:
@@ -96,9 +91,6 @@ async def run_fastaiagent(kind: str, target: str, synchronous: str, count: int) 
         elapsed = time.perf_counter() - start
         assert result.status == "completed", result
         return elapsed / count * 1e6
-    finally:
-        if kind == "sqlite":
-            storage.sqlite3.connect = real_connect  # type: ignore[attr-defined]
 
 
 async def run_langgraph(kind: str, target: str, synchronous: str, count: int) -> float:
@@ -142,11 +134,10 @@ async def run_langgraph(kind: str, target: str, synchronous: str, count: int) ->
         return await timed(saver)
 
 
-async def run_dbos(kind: str, target: str, synchronous: str, count: int) -> float:
-    """A DBOS 3.4 workflow of `count` async steps, each returning the same small update."""
+@functools.cache
+def dbos_line() -> Any:
+    """The DBOS workflow, registered once per process (DBOS warns about a second registration)."""
     from dbos import DBOS
-
-    from bench.concurrency import dbos_config
 
     @DBOS.step()
     async def node(state: dict[str, Any]) -> dict[str, Any]:
@@ -159,6 +150,16 @@ async def run_dbos(kind: str, target: str, synchronous: str, count: int) -> floa
             state.update(await node(state))
         return state
 
+    return line
+
+
+async def run_dbos(kind: str, target: str, synchronous: str, count: int) -> float:
+    """A DBOS 3.4 workflow of `count` async steps, each returning the same small update."""
+    from dbos import DBOS
+
+    from bench.concurrency import dbos_config
+
+    line = dbos_line()
     config = "Postgres" if kind == "postgres" else f"SQLite {synchronous}"
     DBOS(config=dbos_config(config, target, f"dbos_{uuid.uuid4().hex[:8]}"))  # type: ignore[arg-type]
     DBOS.launch()

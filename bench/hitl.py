@@ -35,7 +35,6 @@ import asyncio
 import functools
 import math
 import random
-import sqlite3
 import statistics
 import tempfile
 import threading
@@ -45,6 +44,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from bench.concurrency import dbos_config as concurrency_dbos_config
 
 AMOUNT = 120
 PEERS = ("tether (asyncio)", "tether (trio)", "LangGraph", "DBOS")
@@ -206,30 +207,12 @@ def dbos_workflow() -> Any:
     return refund
 
 
-def sqlite_creator(path: str, synchronous: str) -> Callable[[], sqlite3.Connection]:
-    """Opens DBOS's SQLite connections (its engine's `creator`) in WAL at `synchronous`.
-
-    DBOS sets only busy_timeout and foreign_keys on its connections (and still does on
-    these), so its file would otherwise run in the rollback journal at FULL.
-    """
-
-    def connect() -> sqlite3.Connection:
-        conn = sqlite3.connect(path, check_same_thread=False)  # its pool hands connections across threads
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={synchronous}")
-        return conn
-
-    return connect
-
-
 def dbos_config(config: str, target: str, schema: str) -> dict[str, Any]:
-    """DBOS 3.4's config: its system database is the only database it needs."""
-    base = {"name": "bench", "log_level": "WARNING"}  # WARNING: the others log nothing per run either
-    if config == "Postgres":
-        return {**base, "system_database_url": target, "dbos_system_schema": schema}
-    return {**base, "system_database_url": f"sqlite:///{target}",
-            "db_engine_kwargs": {"creator": sqlite_creator(target, config.split()[1])},
-            "notification_listener_polling_interval_sec": DBOS_SQLITE_POLL}
+    """The concurrency benchmark's DBOS config; on SQLite, messages are found by polling, at our interval."""
+    settings = concurrency_dbos_config(config, target, schema)
+    if config != "Postgres":
+        settings["notification_listener_polling_interval_sec"] = DBOS_SQLITE_POLL
+    return settings
 
 
 async def run_dbos(config: str, target: str, schema: str, count: int) -> Latencies:
