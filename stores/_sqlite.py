@@ -49,7 +49,7 @@ from ._models import (
     StartResult,
 )
 from ._protocol import SCHEMA_VERSION, check_limit
-from ._sqlite_worker import GroupCommit, run_on_worker
+from ._sqlite_worker import GroupCommit, read_on_worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -270,19 +270,20 @@ class SQLiteStore(DriverStore):
             # whole transaction in one crossing needs its queue method.
             return await conn._execute(fn, conn._conn)  # type: ignore[no-untyped-call, no-any-return]
 
-    async def _on_worker(self, fn: Callable[[sqlite3.Connection], T], *, commits: bool) -> T:
-        """Run ``fn`` on the connection's thread straight from the caller's loop."""
+    async def _opened(self) -> tuple[aiosqlite.Connection, GroupCommit]:
+        """The connection and its writer, checked to belong to the caller's event loop."""
         loop = self._driver_loop or await self._loop()
         if not loop.reachable():
             raise other_loop_error()
-        conn = self._conn
-        if conn is None:  # pragma: no cover - guarded by DriverStore
+        if self._conn is None or self._group is None:  # pragma: no cover - guarded by DriverStore
             raise StoreUnavailable(f"{self!r} is not open")
-        with _map_errors(self.path):
-            return await self._counted(run_on_worker(conn, fn, commits=commits))
+        return self._conn, self._group
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._on_worker(fn, commits=False)
+        """Run ``fn`` on the connection's thread straight from the caller's loop."""
+        conn, _ = await self._opened()
+        with _map_errors(self.path):
+            return await self._counted(read_on_worker(conn, fn))
 
     async def _write(self, fn: Callable[[sqlite3.Connection, int], T]) -> T:
         """Run ``fn(db, now)`` inside ``BEGIN IMMEDIATE`` .. ``COMMIT``, shared with concurrent writes.
@@ -290,12 +291,7 @@ class SQLiteStore(DriverStore):
         Once queued, the function runs to COMMIT or ROLLBACK on its thread; a
         cancelled caller waits for that outcome rather than guess it.
         """
-        loop = self._driver_loop or await self._loop()
-        if not loop.reachable():
-            raise other_loop_error()
-        group = self._group
-        if group is None:  # pragma: no cover - guarded by DriverStore
-            raise StoreUnavailable(f"{self!r} is not open")
+        _, group = await self._opened()
         with _map_errors(self.path):
             return await self._counted(group.write(fn))
 

@@ -75,22 +75,16 @@ class _Reply(Generic[T]):
         return self._result  # type: ignore[no-any-return]
 
 
-async def run_on_worker(
-    conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T], *, commits: bool
-) -> T:
-    """Run ``fn(connection)`` on the connection's thread and return its result.
+async def read_on_worker(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """Run the read ``fn(connection)`` on the connection's thread and return its result.
 
-    Once queued, ``fn`` runs to its end on that thread whatever happens to the
-    caller. So a cancelled caller of a function that ``commits`` waits for the
-    outcome and returns it, and its next await raises the cancellation; a
-    cancelled read just leaves.
+    A cancelled caller just leaves; the read finishes on its thread and its result
+    is dropped. (Writes go through `GroupCommit`, whose callers wait for the outcome.)
     """
     await anyio.lowlevel.checkpoint_if_cancelled()
     reply: _Reply[T] = _Reply()
     conn._tx.put_nowait((reply, partial(fn, conn._conn)))  # type: ignore[arg-type]
-    if commits:
-        return await _wait_committed(reply)
-    await reply.event.wait()  # a cancelled read just leaves; its result is dropped
+    await reply.event.wait()
     return reply.outcome()
 
 
