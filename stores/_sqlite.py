@@ -10,10 +10,12 @@ another process's claim fail with "database is locked" instead of waiting.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import time
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from . import _json
@@ -53,7 +55,6 @@ from ._sqlite_worker import GroupCommit, read_on_worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
-    from pathlib import Path
 
     import aiosqlite
     from pydantic import JsonValue
@@ -127,6 +128,14 @@ def _pending(row: Sequence[Any]) -> PendingInterrupt:
     )
 
 
+def _read_only(path: str) -> bool:
+    """Whether the OS refuses writes to the database file or the directory it needs."""
+    target = Path(path)
+    if not target.exists():
+        target = target.parent
+    return target.exists() and not os.access(target, os.W_OK)
+
+
 @contextmanager
 def _map_errors(path: str) -> Iterator[None]:
     """Translate sqlite3 errors into tether's, at the store boundary."""
@@ -138,8 +147,11 @@ def _map_errors(path: str) -> Iterator[None]:
         text = str(exc)
         if "locked" in text or "busy" in text:
             hint = "another process held the write lock past busy_timeout; retry, or raise busy_timeout"
-        elif "readonly" in text:
-            hint = "the file or its directory is read-only; fix its permissions"
+        elif "readonly" in text or _read_only(path):
+            hint = (
+                "the file or its directory is read-only (its mode or its mount); "
+                "make it writable, then retry: nothing was written"
+            )
         elif "full" in text:
             hint = "the disk is full; free space, then retry: nothing was written"
         elif "unable to open" in text:

@@ -1,4 +1,5 @@
-"""Database faults under a running execution: connections killed by the server, a full disk.
+"""Database faults under a running execution: connections killed by the server, a full disk,
+a read-only database.
 
 The run either rides the fault out or stops with a clear error; once the fault
 clears, recovery finishes it with nothing lost and nothing done twice.
@@ -19,8 +20,8 @@ from typing import Any
 import anyio
 import pytest
 from tether.actors import Chain
-from tether.runtime import LeaseHeld, RunResult
-from tether.stores import PostgresStore, SQLiteStore, StoreError
+from tether.runtime import LeaseHeld, Resume, RunResult, interrupt
+from tether.stores import PostgresStore, SQLiteStore, StoreError, StoreUnavailable
 
 from tests._postgres import admin_sql
 
@@ -128,3 +129,43 @@ async def test_a_full_disk_stops_the_run_and_loses_nothing(tiny_disk: Path) -> N
     assert RUNS["small"] == 1  # journaled before the disk filled: not run again
     with contextlib.suppress(OSError):
         db.unlink()
+
+
+def remount(mount: Path, mode: str) -> None:
+    done = subprocess.run(
+        ["mount", "-o", f"remount,{mode}", str(mount)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+
+async def test_a_read_only_database_refuses_the_resume_and_consumes_nothing(tiny_disk: Path) -> None:
+    # The OS checks a file's writability when it is opened, so the fault meets the
+    # next process that opens the store: here, the one that comes to resume.
+    def first(state: dict[str, Any]) -> dict[str, Any]:
+        RUNS["first"] += 1
+        return {"first": True}
+
+    def gate(state: dict[str, Any]) -> dict[str, Any]:
+        return {"approved": interrupt("approval", {}).approved}
+
+    db = tiny_disk / "app.db"
+    chain = Chain("ro", [first, gate], store=SQLiteStore(db))
+    async with chain.store:
+        assert (await chain.run({}, execution_id="ro-1")).status == "paused"
+    before = db.read_bytes()
+
+    remount(tiny_disk, "ro")  # the fault: a read-only mount, which binds root too
+    chain.store = SQLiteStore(db)
+    with pytest.raises(StoreUnavailable, match=r"read-only .* make it writable"):
+        await chain.resume("ro-1", Resume(approved=True))
+    await chain.store.aclose()
+    assert db.read_bytes() == before
+
+    remount(tiny_disk, "rw")  # the fault clears
+    async with SQLiteStore(db) as store:
+        chain.store = store
+        assert [p.agent_path for p in await store.list_pending()] == ["chain:ro/node:gate"]
+        result = await chain.resume("ro-1", Resume(approved=True))
+    assert result.status == "completed"
+    assert result.output == {"first": True, "approved": True}
+    assert RUNS["first"] == 1
