@@ -15,7 +15,13 @@ result = await agent.run("Process a $50k refund.", execution_id="job-1")
 
 from ._agent import Agent as Agent
 from ._chain import Chain as Chain
-from ._llm import LLM as LLM, ScriptedLLM as ScriptedLLM, ScriptExhausted as ScriptExhausted, Turn as Turn
+from ._llm import (
+    LLM as LLM,
+    LLMRequest as LLMRequest,
+    ScriptedLLM as ScriptedLLM,
+    ScriptExhausted as ScriptExhausted,
+    Turn as Turn,
+)
 from ._loop import MaxDelegationsExceeded as MaxDelegationsExceeded, MaxTurnsExceeded as MaxTurnsExceeded
 from ._messages import (
     AssistantMessage as AssistantMessage,
@@ -44,6 +50,7 @@ __all__ = (
     "FunctionTool",
     "Blackboard",
     "LLMError",
+    "LLMRequest",
     "MaxDelegationsExceeded",
     "MaxHandoffsExceeded",
     "MaxTurnsExceeded",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
 
 from tether.stores import UsageError
@@ -34,13 +35,28 @@ class ScriptExhausted(UsageError):
     """A `ScriptedLLM` was asked for a turn its script does not have."""
 
 
+@dataclass(frozen=True)
+class LLMRequest:
+    """One call a `ScriptedLLM` answered: the conversation it was given and the tools on offer."""
+
+    messages: list[Message]
+    tools: list[ToolSpec]
+
+    @property
+    def tool_names(self) -> list[str]:
+        """The names of the tools on offer, in order."""
+        return [tool.name for tool in self.tools]
+
+
 class ScriptedLLM:
     """A deterministic LLM: its replies come from a script, chosen by the conversation.
 
     The Nth reply is picked by the number of assistant turns already in the
     conversation it is given, never by a counter in the process: a run resumed
-    in another process gets the same script. ``calls`` counts the calls this
-    object answered, so tests can prove the LLM was not called again.
+    in another process gets the same script. ``requests`` keeps every call this
+    object answered (an `LLMRequest`: the messages and the tools), so tests can
+    assert what the model was asked, and prove it was not asked again after a
+    resume.
 
     Args:
         script: The turns in order (``"text"``, ``ToolCall(...)``, a list of
@@ -50,15 +66,23 @@ class ScriptedLLM:
     Example:
         ```python
         llm = ScriptedLLM([ToolCall("approve_refund", {"amount": 50_000}), "Refund processed."])
+        result = await agent.run("Refund order 42", execution_id="r-42")
+        assert llm.requests[0].messages[-1].content == "Refund order 42"
+        assert llm.requests[0].tool_names == ["approve_refund"]
         ```
     """
 
     def __init__(self, script: Sequence[Turn] | Callable[[list[Message]], Turn]) -> None:
         self.script = script
-        self.calls = 0
+        self.requests: list[LLMRequest] = []
+
+    @property
+    def calls(self) -> int:
+        """How many calls this object answered."""
+        return len(self.requests)
 
     async def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> AssistantMessage:
-        self.calls += 1
+        self.requests.append(LLMRequest(list(messages), list(tools)))
         if callable(self.script):
             return as_message(self.script(list(messages)))
         index = sum(1 for m in messages if isinstance(m, AssistantMessage))

@@ -158,6 +158,7 @@ def idempotent(
                     result = await func(*args, **kwargs)
                 finally:
                     _current_key.reset(token)
+                    _faults.ran(qualname, record_key)
                 _faults.reached("before_record")
                 await journal.store.put_idempotent(journal.lease, record_key, encode(result, record_key))
                 return result
@@ -187,6 +188,7 @@ def idempotent(
                 result = func(*args, **kwargs)
             finally:
                 _current_key.reset(token)
+                _faults.ran(qualname, record_key)
             _faults.reached("before_record")
             anyio.from_thread.run(journal.store.put_idempotent, journal.lease, record_key,
                                   encode(result, record_key))

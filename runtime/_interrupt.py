@@ -13,14 +13,16 @@ from __future__ import annotations
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from tether.stores import ConfigurationError, UsageError
 
+from . import _clock
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from datetime import datetime, timedelta
 
 
 class Resume(BaseModel):
@@ -194,5 +196,5 @@ def interrupt(
             ).model_dump(mode="json")
         except ValidationError as exc:
             raise ConfigurationError(f"default= does not fit {expect.__name__}: {exc}") from exc
-        deadline = datetime.now(UTC) + timeout
+        deadline = _clock.now() + timeout
     raise Interrupted(path, reason, context, expect, deadline, fallback)

@@ -130,8 +130,9 @@ class ActorJournal:
 
     async def record_inbox(self, message: Any, ask_id: str | None) -> int:
         payload: dict[str, Any] = {"message": self.codec.encode(message), "id": ask_id}
-        [seq] = await self.store.append(self.lease, [NewEntry(path=self.path, label="inbox", payload=payload)])
-        _faults.wrote()
+        entries = [NewEntry(path=self.path, label="inbox", payload=payload)]
+        [seq] = await self.store.append(self.lease, entries)
+        _faults.wrote(entries)
         if ask_id is not None:
             self.asks[ask_id] = (seq, False, None)
             self._ids[seq] = ask_id
@@ -157,7 +158,7 @@ class ActorJournal:
         except SerializationError:
             self.handled -= 1
             raise
-        _faults.wrote()
+        _faults.wrote(entries)
         if ask_id is not None:
             self.asks[ask_id] = (inbox_seq, True, reply)  # type: ignore[assignment]
 
@@ -172,12 +173,13 @@ class ActorJournal:
             await self.store.suspend(self.lease, entries, interrupt)
         except DuplicateInterrupt:
             pass  # still pending from before: handled again, it asks again for the same decision
-        _faults.wrote()
+        _faults.wrote(entries)
 
     async def record_step(self, inbox_seq: int | None, label: str, key: str, result: Any) -> None:
         payload = {"inbox": inbox_seq, "step": key, "result": result}
-        await self.store.append(self.lease, [NewEntry(path=self.path, label=label, payload=payload)])
-        _faults.wrote()
+        entries = [NewEntry(path=self.path, label=label, payload=payload)]
+        await self.store.append(self.lease, entries)
+        _faults.wrote(entries)
 
     async def release(self) -> None:
         """Give up a standalone durable actor's lease (it stays ``running``, unheld)."""

@@ -74,6 +74,9 @@ class Runtime:
         max_restarts: int = 3,
         within: float = 5.0,
     ) -> None:
+        wrap = _faults.store_wrapper.get()
+        if store is not None and wrap is not None:
+            store = wrap(store)  # a test's in-process crash: see tether.runtime.testing
         self.store = store
         # Each runtime is its own lease owner, so two runtimes in one process exclude each other.
         owner = f"{PROCESS_OWNER}/{uuid.uuid4().hex[:8]}"
@@ -201,7 +204,7 @@ class Runtime:
         kind = getattr(factory, "kind", "actor")
         name = name or kind
         root_path = segment(kind, name)
-        owner = self._drive_owner()
+        owner = self._drive_owner(execution_id)
         started = await store.start_execution(
             NewExecution(execution_id=execution_id, runner=getattr(factory, "__qualname__", kind),
                          root_path=root_path, fingerprint=getattr(factory, "fingerprint", ""), input=input),
@@ -216,9 +219,12 @@ class Runtime:
         lease = await self._take_over(execution_id, owner)
         return await self._drive(factory, name, lease, None) if lease else await self.result(execution_id)
 
-    def _drive_owner(self) -> str:
-        """A lease owner for one drive: two drives of one id in this runtime exclude each other."""
-        return f"{self._settings.owner}/{uuid.uuid4().hex[:8]}"
+    def _drive_owner(self, execution_id: str) -> str:
+        """A lease owner for one drive: two drives of one id in this runtime exclude each other.
+
+        After a test's simulated crash, the first drive inherits the dead run's lease.
+        """
+        return _faults.heirs.pop(execution_id, None) or f"{self._settings.owner}/{uuid.uuid4().hex[:8]}"
 
     async def resume(
         self,
@@ -251,7 +257,7 @@ class Runtime:
             return await self.result(execution_id)
         check_runner(execution, factory)
         name = execution.root_path.partition(":")[2]
-        owner = self._drive_owner()
+        owner = self._drive_owner(execution_id)
         if value is not None:
             await self._claim(execution_id, value, path, owner)
         try:
@@ -287,7 +293,7 @@ class Runtime:
         """
         if await self._store().get_execution(execution_id) is None:
             raise ExecutionNotFound(execution_id)
-        await self._claim(execution_id, value, path, self._drive_owner(), seq)
+        await self._claim(execution_id, value, path, self._drive_owner(execution_id), seq)
 
     async def _claim(self, execution_id: str, value: BaseModel | dict[str, Any], path: str | None,
                      owner: str, seq: int | None = None) -> None:

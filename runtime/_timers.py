@@ -8,10 +8,11 @@ up when it is due, even if every process restarted meanwhile.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from tether.stores import UsageError
 
+from . import _clock
 from ._idempotent import current_step
 from ._interrupt import Parked, current_call
 
@@ -47,10 +48,10 @@ async def _park_until(when: datetime, argument: str) -> None:
     else:
         due = when
         await step.journal.record_step(step.inbox_seq, "sleep", key, due.isoformat())
-    if datetime.now(UTC) < due:
+    if _clock.now() < due:
         raise Parked(due)
 
 
 async def sleep(seconds: float) -> None:
     """Wait, durably, for ``seconds``: `sleep_until` now plus that, fixed the first time."""
-    await _park_until(datetime.now(UTC) + timedelta(seconds=seconds), f"{seconds!r}s")
+    await _park_until(_clock.now() + timedelta(seconds=seconds), f"{seconds!r}s")

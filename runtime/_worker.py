@@ -23,7 +23,6 @@ import logging
 import os
 import socket
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Self
 
@@ -38,6 +37,7 @@ from tether.stores import (
     StoreError,
 )
 
+from . import _clock
 from ._operator import Operator
 
 if TYPE_CHECKING:
@@ -166,13 +166,7 @@ class ExecutionWorker:
         return len(leases)
 
     async def _fire_deadlines(self) -> None:
-        for row in await self.store.list_pending(due_before=datetime.now(UTC), limit=100):
-            try:
-                await self.store.claim(row.execution_id, row.default, path=row.agent_path, seq=row.seq,
-                                       by="deadline")
-                log.info("deadline passed for %s at %s: decided %s", row.execution_id, row.agent_path, row.default)
-            except (AlreadyResumed, NoPendingInterrupt, LeaseHeld, ExecutionFinished):
-                pass  # a person (or another worker) decided first
+        await decide_overdue(self.store)
 
     async def _run(self, lease: Lease) -> None:
         try:
@@ -205,6 +199,23 @@ class ExecutionWorker:
 
     def _poke(self) -> None:
         self._wake.set()
+
+
+async def decide_overdue(store: Store) -> list[str]:
+    """Claim every pending interrupt whose deadline has passed with its default.
+
+    Returns:
+        The ids of the executions decided (a worker takes them up as ready work).
+    """
+    decided: list[str] = []
+    for row in await store.list_pending(due_before=_clock.now(), limit=100):
+        try:
+            await store.claim(row.execution_id, row.default, path=row.agent_path, seq=row.seq, by="deadline")
+            decided.append(row.execution_id)
+            log.info("deadline passed for %s at %s: decided %s", row.execution_id, row.agent_path, row.default)
+        except (AlreadyResumed, NoPendingInterrupt, LeaseHeld, ExecutionFinished):
+            pass  # a person (or another worker) decided first
+    return decided
 
 
 def _exclusive(path: Path) -> IO[str]:

@@ -269,6 +269,22 @@ class PostgresStore(DriverStore):
 
         return Listener(self, await self._run(open_listener))
 
+    async def drop_schema(self) -> None:
+        """Drop this store's schema, with every table and row tether kept there, and close the store.
+
+        For tests that give each case a schema of its own (``schema=`` or
+        ``?schema=``) and clean up after it.
+
+        Raises:
+            ConfigurationError: The store has no schema of its own.
+        """
+        if not self.schema:
+            raise ConfigurationError(
+                f"{self!r} has no schema of its own to drop; open it with schema=... (or ?schema=) first."
+            )
+        await self._fetch(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE', write=True)
+        await self.aclose()
+
     async def _fetch(self, sql: str, *args: Any, write: bool = False) -> list[asyncpg.Record]:
         async def op_fn(op: Op) -> list[asyncpg.Record]:
             assert self._pool is not None

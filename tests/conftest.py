@@ -25,6 +25,12 @@ def postgres_dsn() -> Iterator[str]:
         yield dsn
 
 
+@pytest.fixture(scope="session")
+def tether_postgres_dsn(postgres_dsn: str) -> str:
+    """The testing kit's Postgres cases use this run's database (a pgserver where none answers)."""
+    return postgres_dsn
+
+
 @pytest.fixture
 def pg_schema() -> str:
     """A fresh schema per test, so tests never see each other's rows."""

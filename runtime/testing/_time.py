@@ -1,0 +1,104 @@
+"""A clock the test moves, and `run_due`: what a worker would do at that moment."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Self
+
+from tether.stores import ConfigurationError
+
+from .. import _clock
+from .._worker import decide_overdue
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from tether.stores import Execution, Store
+
+    from .._execution import RunResult
+    from .._operator import Resumable
+
+
+class Clock:
+    """A wall clock that stands still until the test moves it.
+
+    Inside ``with Clock() as clock:`` durable timers (`tether.runtime.sleep`) and
+    approval deadlines (``interrupt(..., timeout=...)``) read this clock, so
+    ``clock.advance(days=2)`` makes a two-day deadline pass at once; `run_due`
+    then does what a worker would. Leases keep the database's clock: a crash
+    test does not need to move this one.
+
+    Example:
+        ```python
+        with Clock() as clock:
+            assert (await chain.run(order, execution_id="o-1")).status == "paused"
+            clock.advance(days=2)
+            [result] = await run_due(chain)     # the deadline decided with its default
+        ```
+    """
+
+    def __init__(self, start: datetime | None = None) -> None:
+        if start is not None and start.tzinfo is None:
+            raise ValueError(f"Clock(start={start!r}) needs an aware datetime, e.g. datetime.now(UTC).")
+        self._now = start or datetime.now(UTC)
+        self._previous: list[object] = []
+
+    def now(self) -> datetime:
+        """The time it shows."""
+        return self._now
+
+    def advance(self, delta: timedelta | None = None, /, *, days: float = 0, hours: float = 0,
+                minutes: float = 0, seconds: float = 0) -> datetime:
+        """Move forward (``advance(timedelta(hours=1))`` or ``advance(hours=1)``); returns the new time."""
+        step = (delta or timedelta()) + timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+        if step < timedelta():
+            raise ValueError(f"A clock only moves forward; advance({step}) would take it back.")
+        self._now += step
+        return self._now
+
+    def __enter__(self) -> Self:
+        self._previous.append(_clock.install(self.now))
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        _clock.install(self._previous.pop())  # type: ignore[arg-type]
+
+
+async def run_due(*runners: Resumable) -> list[RunResult]:
+    """Carry out, here and now, what a worker would at this moment of the clock.
+
+    Decides every approval whose deadline has passed with its default (as
+    ``by="deadline"``), then continues every paused execution of these runners
+    that has such a decision or a durable timer that is due. Executions of other
+    runners are left alone.
+
+    Returns:
+        The results of the executions it continued, oldest first.
+
+    Raises:
+        ConfigurationError: No runner given, or runners on different stores.
+    """
+    if not runners:
+        raise ConfigurationError("run_due() needs the runners whose executions it may continue.")
+    store = runners[0].store
+    if store is None or any(r.store is not store for r in runners):
+        raise ConfigurationError("run_due() runners must share one store (set runner.store to it).")
+    by_root = {r.root_path: r for r in runners}
+    decided = set(await decide_overdue(store))
+    now = _clock.now()
+    results: list[RunResult] = []
+    for execution in await _paused(store):
+        due = execution.wake_at is not None and execution.wake_at <= now
+        runner = by_root.get(execution.root_path)
+        if runner is not None and (due or execution.execution_id in decided):
+            results.append(await runner.resume(execution.execution_id))
+    return results
+
+
+async def _paused(store: Store) -> list[Execution]:
+    found: list[Execution] = []
+    while page := await store.list_executions(status="paused", limit=100, after=found[-1] if found else None):
+        found += page
+    return found

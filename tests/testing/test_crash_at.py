@@ -1,0 +1,112 @@
+"""`crash_at` stops a run as a SIGKILL would: the boundary stands, nothing after it is written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tether.actors import Chain
+from tether.runtime import Resume, sleep
+from tether.runtime.testing import Effects, crash_at
+from tether.stores import Store
+
+from tests.testing.flows import build, effect
+
+
+async def journal(store: Store, execution_id: str) -> list[str]:
+    return [f"{e.path}/{e.label}" for e in await store.read_journal(execution_id)]
+
+
+async def test_nothing_after_the_boundary_reaches_the_store(tether_store: Store) -> None:
+    chain = build("line", tether_store)
+    async with crash_at("node:n2") as point:
+        await chain.run({}, execution_id="l-1")
+
+    assert point.happened
+    assert point.boundaries == ["chain:line/inbox", "chain:line/node:n1", "chain:line/node:n2"]
+    assert await journal(tether_store, "l-1") == point.boundaries
+    execution = await tether_store.get_execution("l-1")
+    assert execution is not None
+    # As after a SIGKILL: still running, and the dead run's lease was not handed back.
+    assert execution.status == "running" and execution.lease_owner is not None
+
+
+async def test_recovery_takes_the_dead_lease_at_once_and_does_not_redo_the_journaled(tether_store: Store) -> None:
+    chain = build("line", tether_store)
+    with Effects() as effects:
+        async with crash_at("chain:line/node:n3"):  # a full path names the same boundary
+            await chain.run({}, execution_id="l-2")
+        result = await chain.resume("l-2")
+
+    assert result.status == "completed"
+    assert result.output["counts"] == {"n1": 1, "n2": 1, "n3": 1, "n4": 1}
+    effects.assert_exactly_once(effect, calls=4)
+    labels = await journal(tether_store, "l-2")
+    assert labels.count("chain:line/node:n3") == 1 and labels.count("chain:line/node:n4") == 1
+
+
+async def test_a_numbered_boundary_counts_writes_across_run_and_resume(tether_store: Store) -> None:
+    chain = build("approval", tether_store)
+    async with crash_at(5) as point:  # inbox, validate, suspended; then the resume: approve, charge
+        paused = await chain.run({}, execution_id="a-1")
+        assert paused.status == "paused"
+        await chain.resume("a-1", Resume(approved=True))
+
+    assert point.writes == 5 and point.boundaries[-1] == "chain:approval/node:charge"
+    result = await chain.resume("a-1")
+    assert result.status == "completed" and result.output["approved"] is True
+
+
+async def test_a_crash_right_after_the_suspension_still_asks_for_the_decision(tether_store: Store) -> None:
+    chain = build("approval", tether_store)
+    async with crash_at("suspended"):
+        await chain.run({}, execution_id="a-2")
+
+    [pending] = await tether_store.list_pending(execution_id="a-2")
+    assert pending.agent_path == "chain:approval/node:approve"
+    result = await chain.resume("a-2", Resume(approved=False))  # claims despite the dead run's lease
+    assert result.status == "completed" and result.output["approved"] is False
+
+
+async def test_code_under_test_cannot_swallow_the_crash(tether_store: Store) -> None:
+    after: list[str] = []
+
+    async def stubborn(state: dict[str, Any]) -> dict[str, Any]:
+        try:
+            await sleep(0)  # a durable timer: its due time is a journal write, where the crash comes
+        except Exception:
+            after.append("caught")
+        after.append("carried on")
+        return {}
+
+    chain = Chain("stubborn", [stubborn], store=tether_store)
+    async with crash_at("chain:stubborn/sleep") as point:
+        await chain.run({}, execution_id="s-1")
+    assert point.happened and after == []
+    result = await chain.resume("s-1")
+    assert result.status == "completed" and after == ["carried on"]
+
+
+async def test_a_boundary_never_reached_fails_and_names_what_was_written(tether_store: Store) -> None:
+    chain = build("line", tether_store)
+    with pytest.raises(AssertionError, match=r"never reached that boundary.*chain:line/node:n4"):
+        async with crash_at("node:n9"):
+            await chain.run({}, execution_id="l-3")
+    assert (await tether_store.get_execution("l-3")).status == "completed"  # type: ignore[union-attr]
+
+
+async def test_an_error_of_the_run_itself_propagates(tether_store: Store) -> None:
+    def broken(state: dict[str, Any]) -> dict[str, Any]:
+        raise ValueError("boom")
+
+    chain = Chain("broken", [broken], store=tether_store)
+    with pytest.raises(AssertionError, match="never reached"):
+        async with crash_at("node:later"):
+            result = await chain.run({}, execution_id="b-1")
+    assert result.status == "failed" and "boom" in (result.error or "")
+
+
+@pytest.mark.parametrize("at", [0, -1, "", True])
+def test_a_boundary_must_be_a_label_or_a_write_number(at: Any) -> None:
+    with pytest.raises(ValueError, match="boundary's label"):
+        crash_at(at)

@@ -1,0 +1,50 @@
+"""`Effects` counts the runs of ``@idempotent`` bodies: exactly once holds, and its breach is caught."""
+
+from __future__ import annotations
+
+import pytest
+from tether.runtime.testing import Effects, crash_at
+from tether.stores import Store
+
+from tests.testing.flows import build, effect, tool
+
+
+async def test_a_resume_replays_records_instead_of_running_bodies_again(tether_store: Store) -> None:
+    chain = build("line", tether_store)
+    with Effects() as effects:
+        async with crash_at("node:n4"):
+            await chain.run({}, execution_id="e-1")
+        await chain.resume("e-1")
+        await chain.run({}, execution_id="e-1")  # the id is an idempotency key: nothing runs again
+
+    effects.assert_exactly_once(effect, calls=4)
+    assert sorted(key.split("|")[3] for key in effects.count(effect)) == ["node:n1", "node:n2", "node:n3", "node:n4"]
+
+
+async def test_a_lost_record_shows_as_a_second_run(tether_store: Store) -> None:
+    chain = build("line", tether_store)
+    with Effects() as effects:
+        await chain.run({}, execution_id="e-2")
+        await tether_store.delete_execution("e-2")  # its records go with it
+        await chain.run({}, execution_id="e-2")
+
+    assert set(effects.count(effect).values()) == {2}
+    with pytest.raises(AssertionError, match=r"ran more than once for 4 key\(s\).*idempotency_key\(\)"):
+        effects.assert_exactly_once(effect)
+
+
+async def test_it_says_when_a_function_never_ran_or_ran_for_other_calls(tether_store: Store) -> None:
+    with Effects() as effects:
+        await build("line", tether_store).run({}, execution_id="e-3")
+    with pytest.raises(AssertionError, match="never ran"):
+        effects.assert_exactly_once(tool("unused"))
+    with pytest.raises(AssertionError, match="ran for 4 keys, expected 3"):
+        effects.assert_exactly_once(effect, calls=3)
+
+
+def test_it_only_counts_while_open() -> None:
+    from tether.runtime import _faults
+
+    with Effects() as effects:
+        assert effects._observe in _faults.effect_observers
+    assert effects._observe not in _faults.effect_observers
