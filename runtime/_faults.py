@@ -72,11 +72,18 @@ heirs: dict[str, str] = {}
 """Execution id -> lease owner of a run known to be dead: the next drive of it in
 this process takes the lease over at once instead of waiting for it to expire."""
 
-effect_observers: list[Callable[[str, str], None]] = []
-"""Called with (function, idempotency key) each time an ``@idempotent`` body runs."""
+effect_observers: list[Callable[[str, str, str], None]] = []
+"""Called with ("ran", function, key) each time an ``@idempotent`` body runs, and with
+("cut", "", key) when a simulated crash refuses the record of a body that ran."""
 
 
 def ran(function: str, key: str) -> None:
     """An ``@idempotent`` body ran (its side effect happened) under ``key``."""
     for observe in effect_observers:
-        observe(function, key)
+        observe("ran", function, key)
+
+
+def cut(key: str) -> None:
+    """A body ran under ``key``, and the process died before its record was written."""
+    for observe in effect_observers:
+        observe("cut", "", key)

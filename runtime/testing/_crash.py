@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,12 +44,14 @@ class CrashPoint:
         writes: The journal writes committed inside the block (the last one is
             the boundary, if it happened).
         boundaries: ``path/label`` of the last entry of each of those writes, in order.
+        died: Set at the moment of the crash; code in worker threads can wait on it.
     """
 
     at: str | int
     happened: bool = False
     writes: int = 0
     boundaries: list[str] = field(default_factory=list)
+    died: threading.Event = field(default_factory=threading.Event, repr=False)
     _leases: dict[str, Lease] = field(default_factory=dict, repr=False)
 
     def _check_alive(self) -> None:
@@ -73,6 +76,7 @@ class CrashPoint:
             hit = any(_faults.names(self.at, e.path, e.label) for e in entries)
         if hit:
             self.happened = True
+            self.died.set()
             # As after a SIGKILL, the dead run keeps its leases; what the test does next
             # takes them over at once, as it would once they expired.
             for lease in self._leases.values():
@@ -104,6 +108,8 @@ class _Doomed:
 
         @functools.wraps(attribute)
         async def call(*args: Any, **kwargs: Any) -> Any:
+            if point.happened and name == "put_idempotent":
+                _faults.cut(args[1])  # a body ran concurrently with the death: its record is lost
             point._check_alive()
             for value in args:
                 point._saw(value)
@@ -128,7 +134,9 @@ class crash_at:  # lower case: used like a function, as anyio.move_on_after is
     the store, not another boundary, not an ``@idempotent`` record, not even the
     lease handback. Tasks of the run are cancelled at their next ``await``; a
     sync function already running in a worker thread finishes, but nothing it
-    returns is written. The block ends quietly, and ``point.happened`` says the
+    returns is written. So a side effect running in a parallel branch at that
+    moment is done and unrecorded, as a real crash could leave it: recovery
+    runs it again (`Effects` calls such a key *cut*). The block ends quietly, and ``point.happened`` says the
     crash took place.
 
     The dead run's lease is left behind, as a real crash leaves it. The first

@@ -7,8 +7,8 @@
 - ``tether_clock``: an installed `Clock`.
 - ``tether_effects``: an open `Effects` recorder.
 - ``tether_postgres_dsn`` (session): the server ``tether_store`` uses, from
-  ``TETHER_TEST_POSTGRES_DSN``, else ``postgresql://postgres@127.0.0.1:5432/postgres``
-  if something listens there, else None (the ``postgres`` cases then skip, or
+  ``TETHER_TEST_POSTGRES_DSN`` (set it empty for none), else
+  ``postgresql://postgres@127.0.0.1:5432/postgres`` if something listens there, else None (the ``postgres`` cases then skip, or
   fail with ``tether_postgres = "required"``). Override it in a conftest.py to
   bring your own server.
 """
@@ -42,17 +42,17 @@ _found: dict[str, str | None] = {}
 
 
 def _postgres_dsn() -> str | None:
-    """The configured server, or the local one if it answers; looked up once per session."""
-    if "dsn" not in _found:
-        dsn = os.environ.get("TETHER_TEST_POSTGRES_DSN")
-        if dsn is None:
-            try:
-                socket.create_connection(("127.0.0.1", 5432), timeout=0.5).close()
-                dsn = LOCAL
-            except OSError:
-                dsn = None
-        _found["dsn"] = dsn
-    return _found["dsn"]
+    """The configured server (an empty value: none), else the local one if it answers; looked up once."""
+    configured = os.environ.get("TETHER_TEST_POSTGRES_DSN")
+    if configured is not None:
+        return configured or None
+    if "local" not in _found:
+        try:
+            socket.create_connection(("127.0.0.1", 5432), timeout=0.5).close()
+            _found["local"] = LOCAL
+        except OSError:
+            _found["local"] = None
+    return _found["local"]
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from tether.runtime.testing import Effects, crash_at
 from tether.stores import Store
@@ -48,3 +50,46 @@ def test_it_only_counts_while_open() -> None:
     with Effects() as effects:
         assert effects._observe in _faults.effect_observers
     assert effects._observe not in _faults.effect_observers
+
+
+async def test_a_side_effect_running_in_a_parallel_branch_at_the_crash_is_cut(tether_store: Store) -> None:
+    from tether.actors import Chain
+    from tether.runtime import idempotent
+
+    crash = crash_at("node:quick")
+    point = crash.point
+    started = threading.Event()
+
+    @idempotent
+    def slow_effect() -> str:
+        started.set()
+        assert point.died.wait(timeout=30)  # still running when the other branch's write kills the process
+        return "done"
+
+    def slow(state: dict[str, object]) -> dict[str, object]:
+        return {"slow": slow_effect()}
+
+    def quick(state: dict[str, object]) -> dict[str, object]:
+        assert started.wait(timeout=30)  # the slow side effect is under way
+        return {"quick": True}
+
+    def start(state: dict[str, object]) -> dict[str, object]:
+        return {}
+
+    chain = Chain("parallel", store=tether_store)
+    for fn in (start, slow, quick):
+        chain.add_node(fn)
+    chain.add_edge("start", "slow")
+    chain.add_edge("start", "quick")
+    with Effects() as effects:
+        async with crash:
+            await chain.run({}, execution_id="p-1")
+        assert point.died.is_set()
+        result = await chain.resume("p-1")
+
+    assert result.output == {"slow": "done", "quick": True}
+    [key] = effects.count(slow_effect)
+    assert effects.count(slow_effect) == {key: 2} and effects.cut == {key}
+    with pytest.raises(AssertionError, match="A crash cut 1 of them between the side effect and its record"):
+        effects.assert_exactly_once(slow_effect)
+    effects.assert_exactly_once(slow_effect, deduplicated=True)
