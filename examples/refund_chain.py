@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 from tether.actors import Chain
 from tether.runtime import AlreadyResumed, Resume, idempotent, interrupt
-from tether.stores import open_store
+from tether.stores import Store, open_store
 
 
 def validate(state: dict[str, Any]) -> dict[str, Any]:
@@ -52,9 +52,14 @@ def notify(state: dict[str, Any]) -> dict[str, Any]:
     return {"message": f"${state['amount']:,} {verdict}"}
 
 
+def refund_chain(store: Store) -> Chain:
+    """The flow; examples/test_refund_chain.py tests it with tether's testing kit."""
+    return Chain("refund", [validate, approve_refund, charge, notify], store=store)
+
+
 async def main(args: argparse.Namespace) -> int:
     async with open_store(args.store) as store:
-        chain = Chain("refund", [validate, approve_refund, charge, notify], store=store)
+        chain = refund_chain(store)
         if args.approve or args.reject:
             decision = Resume(approved=args.approve, metadata={"approver": args.approver})
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +148,14 @@ def test_teams_pause_then_complete_in_another_process(tmp_path: Path, backend: s
     late = example("--reject")
     assert late.returncode == 2
     assert "Already decided" in late.stdout
+
+
+def test_the_example_test_file_passes_as_a_user_would_run_it(postgres_dsn: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--tether", "-o", "tether_postgres=required", "-p", "no:cacheprovider",
+         "-q", str(EXAMPLES / "test_refund_chain.py")],
+        capture_output=True, text=True, timeout=300, check=False, cwd=EXAMPLES,
+        env={**os.environ, "TETHER_TEST_POSTGRES_DSN": postgres_dsn},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "18 passed" in done.stdout  # 3 tests x 2 backends x 3 stores, none skipped
