@@ -156,6 +156,10 @@ def idempotent(
                 token = _current_key.set(record_key)
                 try:
                     result = await func(*args, **kwargs)
+                except BaseException as exc:
+                    if not isinstance(exc, Exception):
+                        _faults.cut(record_key)  # cancelled mid-effect: no record will follow
+                    raise
                 finally:
                     _current_key.reset(token)
                     _faults.ran(qualname, record_key)

@@ -172,7 +172,7 @@ class ActorJournal:
         try:
             await self.store.suspend(self.lease, entries, interrupt)
         except DuplicateInterrupt:
-            pass  # still pending from before: handled again, it asks again for the same decision
+            return  # still pending from before: handled again, it asks again for the same decision
         _faults.wrote(entries)
 
     async def record_step(self, inbox_seq: int | None, label: str, key: str, result: Any) -> None:

@@ -219,12 +219,14 @@ class Runtime:
         lease = await self._take_over(execution_id, owner)
         return await self._drive(factory, name, lease, None) if lease else await self.result(execution_id)
 
-    def _drive_owner(self, execution_id: str) -> str:
+    def _drive_owner(self, execution_id: str, *, drive: bool = True) -> str:
         """A lease owner for one drive: two drives of one id in this runtime exclude each other.
 
-        After a test's simulated crash, the first drive inherits the dead run's lease.
+        After a test's simulated crash, the first drive inherits the dead run's lease
+        (a claim only borrows the dead owner's name, to be let past its lease).
         """
-        return _faults.heirs.pop(execution_id, None) or f"{self._settings.owner}/{uuid.uuid4().hex[:8]}"
+        heir = _faults.heirs.pop(execution_id, None) if drive else _faults.heirs.get(execution_id)
+        return heir or f"{self._settings.owner}/{uuid.uuid4().hex[:8]}"
 
     async def resume(
         self,
@@ -293,7 +295,7 @@ class Runtime:
         """
         if await self._store().get_execution(execution_id) is None:
             raise ExecutionNotFound(execution_id)
-        await self._claim(execution_id, value, path, self._drive_owner(execution_id), seq)
+        await self._claim(execution_id, value, path, self._drive_owner(execution_id, drive=False), seq)
 
     async def _claim(self, execution_id: str, value: BaseModel | dict[str, Any], path: str | None,
                      owner: str, seq: int | None = None) -> None:

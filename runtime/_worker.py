@@ -201,14 +201,21 @@ class ExecutionWorker:
         self._wake.set()
 
 
-async def decide_overdue(store: Store) -> list[str]:
+async def decide_overdue(store: Store, roots: Sequence[str] | None = None) -> list[str]:
     """Claim every pending interrupt whose deadline has passed with its default.
+
+    Args:
+        store: Where the interrupts are pending.
+        roots: Only those of executions under these root paths (default: all).
 
     Returns:
         The ids of the executions decided (a worker takes them up as ready work).
     """
     decided: list[str] = []
     for row in await store.list_pending(due_before=_clock.now(), limit=100):
+        if roots is not None and not any(row.agent_path == root or row.agent_path.startswith(root + "/")
+                                         for root in roots):
+            continue
         try:
             await store.claim(row.execution_id, row.default, path=row.agent_path, seq=row.seq, by="deadline")
             decided.append(row.execution_id)

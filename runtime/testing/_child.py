@@ -42,7 +42,7 @@ class ChildCrash:
 
 async def crash_in_child(
     app: str,
-    store: str,
+    store_url: str,
     *,
     execution_id: str,
     at: str | int,
@@ -56,14 +56,14 @@ async def crash_in_child(
     connection cut mid-flight, a file lock, the operating system's view of a
     dead process. The child builds the runner from ``app`` (``module:attr``
     naming one runner, importable from this process's path) on the store at
-    ``store`` (a URL, as for ``open_store``: a file or a server, never
+    ``store_url`` (as for ``open_store``: a file or a server, never
     ``memory://``), arms ``TETHER_FAULTS`` with the boundary and runs. Once it
     is dead, the next ``resume`` of the execution in this process takes over
     its lease at once, as it could once the lease expired.
 
     Args:
         app: The runner, as ``module:attr``.
-        store: The store's URL.
+        store_url: The store's URL.
         execution_id: The execution to run, or to resume with ``decision``.
         at: A boundary's label (``"node:charge"``) or the number of a journal write.
         input: The run's input (JSON).
@@ -77,10 +77,10 @@ async def crash_in_child(
         ConfigurationError: A ``memory://`` store, which a child cannot share.
         AssertionError: The child did not die at the boundary (its output says why).
     """
-    if store.startswith("memory:"):
+    if store_url.startswith("memory:"):
         raise ConfigurationError("crash_in_child needs a store another process can open: a SQLite file or Postgres.")
     point = f"write:{at}" if isinstance(at, int) else f"at:{at}"
-    argv = [sys.executable, "-m", __name__, app, store, execution_id, json.dumps(input),
+    argv = [sys.executable, "-m", __name__, app, store_url, execution_id, json.dumps(input),
             json.dumps(decision), backend or _current_backend()]
     env = {**os.environ, "TETHER_FAULTS": point,
            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the same modules as here
@@ -91,7 +91,7 @@ async def crash_in_child(
             f"crash_in_child({app!r}, at={at!r}): the child exited with {crash.returncode} instead of dying "
             f"at the boundary.\nstdout: {crash.stdout}\nstderr: {crash.stderr}"
         )
-    async with open_store(store) as opened:
+    async with open_store(store_url) as opened:
         execution = await opened.get_execution(execution_id)
     if execution is not None and execution.lease_owner is not None:
         _faults.heirs[execution_id] = execution.lease_owner

@@ -14,6 +14,7 @@ from tether.stores import Lease, StartResult
 from .. import _faults
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from types import TracebackType
 
     from tether.stores import NewEntry, Store
@@ -53,9 +54,19 @@ class CrashPoint:
     boundaries: list[str] = field(default_factory=list)
     died: threading.Event = field(default_factory=threading.Event, repr=False)
     _leases: dict[str, Lease] = field(default_factory=dict, repr=False)
+    _lock: anyio.Lock | None = field(default=None, repr=False)
 
-    def _check_alive(self) -> None:
+    def _serial(self) -> anyio.Lock:
+        # One store call at a time while a crash point is armed: no write can be in flight
+        # when the boundary's commits, so none slips into the store after the death.
+        if self._lock is None:
+            self._lock = anyio.Lock()
+        return self._lock
+
+    def _check_alive(self, call: str, args: tuple[Any, ...]) -> None:
         if self.happened:
+            if call == "put_idempotent":
+                _faults.cut(args[1])  # a body ran concurrently with the death: its record is lost
             raise Crashed(f"the process died at {self.at!r}; nothing more reaches the store")
 
     def _saw(self, value: Any) -> None:
@@ -108,18 +119,20 @@ class _Doomed:
 
         @functools.wraps(attribute)
         async def call(*args: Any, **kwargs: Any) -> Any:
-            if point.happened and name == "put_idempotent":
-                _faults.cut(args[1])  # a body ran concurrently with the death: its record is lost
-            point._check_alive()
-            for value in args:
-                point._saw(value)
-            result = await attribute(*args, **kwargs)
-            point._saw(result)
-            if name == "release_lease":
-                point._released(args[0])
-            if name in _WRITES:
-                point._committed(list(args[1]))
-            return result
+            # Refused at once when dead, before any checkpoint: the caller may be a worker
+            # thread whose task the death has already cancelled.
+            point._check_alive(name, args)
+            async with point._serial():
+                point._check_alive(name, args)
+                for value in args:
+                    point._saw(value)
+                result = await attribute(*args, **kwargs)
+                point._saw(result)
+                if name == "release_lease":
+                    point._released(args[0])
+                if name in _WRITES:
+                    point._committed(list(args[1]))
+                return result
 
         return call
 
@@ -136,7 +149,9 @@ class crash_at:  # lower case: used like a function, as anyio.move_on_after is
     sync function already running in a worker thread finishes, but nothing it
     returns is written. So a side effect running in a parallel branch at that
     moment is done and unrecorded, as a real crash could leave it: recovery
-    runs it again (`Effects` calls such a key *cut*). The block ends quietly, and ``point.happened`` says the
+    runs it again (`Effects` calls such a key *cut*). While the block is open
+    the runs' store calls go one at a time, so that no write is in flight at
+    the boundary. The block ends quietly, and ``point.happened`` says the
     crash took place.
 
     The dead run's lease is left behind, as a real crash leaves it. The first
@@ -187,12 +202,21 @@ class crash_at:  # lower case: used like a function, as anyio.move_on_after is
 
 
 def _only_the_crash(exc: BaseException) -> bool:
-    """Whether an error is the simulated death itself (or cancellations it caused), however grouped."""
+    """Whether an error is the simulated death itself, with the cancellations it caused, however grouped."""
+    leaves = list(_root_causes(exc))
+    cancelled = anyio.get_cancelled_exc_class()
+    return any(isinstance(leaf, Crashed) for leaf in leaves) and all(
+        isinstance(leaf, Crashed | cancelled) for leaf in leaves
+    )
+
+
+def _root_causes(exc: BaseException) -> Iterator[BaseException]:
+    """The errors inside groups, each followed down its explicit ``raise ... from`` chain."""
     if isinstance(exc, BaseExceptionGroup):
-        return all(_only_the_crash(inner) for inner in exc.exceptions)
-    if isinstance(exc, Crashed | anyio.get_cancelled_exc_class()):
-        return True
-    # Code that wraps what it caught (a supervisor's escalation, say) still died of the crash.
-    cause = exc.__cause__ or exc.__context__
-    return cause is not None and _only_the_crash(cause)
+        for inner in exc.exceptions:
+            yield from _root_causes(inner)
+    elif isinstance(exc, Crashed | anyio.get_cancelled_exc_class()) or exc.__cause__ is None:
+        yield exc
+    else:
+        yield from _root_causes(exc.__cause__)
 

@@ -86,7 +86,7 @@ async def run_due(*runners: Resumable) -> list[RunResult]:
     if store is None or any(r.store is not store for r in runners):
         raise ConfigurationError("run_due() runners must share one store (set runner.store to it).")
     by_root = {r.root_path: r for r in runners}
-    decided = set(await decide_overdue(store))
+    decided = set(await decide_overdue(store, list(by_root)))
     now = _clock.now()
     results: list[RunResult] = []
     for execution in await _paused(store):

@@ -58,7 +58,9 @@ def _postgres_dsn() -> str | None:
 def pytest_report_header(config: pytest.Config) -> str:
     """Say at the top of the run which Postgres the postgres cases use, or why they skip."""
     dsn = _postgres_dsn()
-    return f"tether: tether_store[postgres] uses {dsn}" if dsn else f"tether: {_NO_SERVER}"
+    if dsn is None:
+        return f"tether: {_NO_SERVER}"
+    return f"tether: tether_store[postgres] uses {dsn} (unless a conftest overrides tether_postgres_dsn)"
 
 
 @pytest.fixture(scope="session")
@@ -83,11 +85,13 @@ async def tether_store(
                 pytest.fail(_NO_SERVER + " (tether_postgres = 'required')")
             pytest.skip(_NO_SERVER)
         store = PostgresStore(tether_postgres_dsn, schema=f"tether_test_{uuid.uuid4().hex[:12]}", max_size=4)
-    async with store:
-        await store.setup()
-        yield store
-    if isinstance(store, PostgresStore):
-        await PostgresStore(store.dsn, schema=store.schema).drop_schema()
+    try:
+        async with store:
+            await store.setup()
+            yield store
+    finally:
+        if isinstance(store, PostgresStore):
+            await PostgresStore(store.dsn, schema=store.schema).drop_schema()
 
 
 @pytest.fixture

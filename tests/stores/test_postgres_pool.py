@@ -134,3 +134,16 @@ async def test_a_failed_connect_hands_its_slot_to_a_waiter() -> None:
             first_may_fail.set()               # the slow connect fails: the waiter inherits the slot
     assert len(got) == 1 and attempts == ["connect", "connect", "connect"]
     await pool.aclose()
+
+
+async def test_drop_schema_removes_everything_the_store_kept(postgres_dsn: str, pg_schema: str) -> None:
+    from tether.stores import ConfigurationError
+
+    async with PostgresStore(postgres_dsn, schema=pg_schema) as store:
+        await store.start_execution(NewExecution(execution_id="x", runner="r", root_path="chain:r"),
+                                    owner="o", lease_seconds=5)
+        await store.drop_schema()
+    rows = admin_sql(postgres_dsn, "SELECT 1 FROM information_schema.schemata WHERE schema_name = $1", pg_schema)
+    assert rows == []
+    with pytest.raises(ConfigurationError, match="no schema of its own"):
+        await PostgresStore(postgres_dsn).drop_schema()

@@ -95,7 +95,7 @@ async def test_a_boundary_never_reached_fails_and_names_what_was_written(tether_
     assert (await tether_store.get_execution("l-3")).status == "completed"  # type: ignore[union-attr]
 
 
-async def test_an_error_of_the_run_itself_propagates(tether_store: Store) -> None:
+async def test_a_run_that_fails_before_the_boundary_is_no_crash(tether_store: Store) -> None:
     def broken(state: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("boom")
 
@@ -110,3 +110,23 @@ async def test_an_error_of_the_run_itself_propagates(tether_store: Store) -> Non
 def test_a_boundary_must_be_a_label_or_a_write_number(at: Any) -> None:
     with pytest.raises(ValueError, match="boundary's label"):
         crash_at(at)
+
+
+async def test_a_parallel_branch_write_lands_before_the_boundary_or_never(tether_store: Store) -> None:
+    chain = build("fanout", tether_store)
+    async with crash_at("node:c") as point:
+        await chain.run({}, execution_id="f-1")
+    labels = await journal(tether_store, "f-1")
+    assert labels[-1] == point.boundaries[-1] == "chain:fanout/node:c"
+    assert labels == point.boundaries
+    output = (await chain.resume("f-1")).output
+    assert output["b"] is output["c"] is output["d"] is True and output["counts"]["d"] == 1
+
+
+async def test_a_decision_recorded_after_a_crash_leaves_the_dead_lease_to_the_resume(tether_store: Store) -> None:
+    chain = build("approval", tether_store)
+    async with crash_at("suspended"):
+        await chain.run({}, execution_id="a-3")
+    await chain.submit_resume("a-3", Resume(approved=True))  # a decision only, as the HTTP API records it
+    result = await chain.resume("a-3")  # carries it out at once, over the dead run's lease
+    assert result.status == "completed" and result.output["approved"] is True

@@ -93,3 +93,39 @@ async def test_a_side_effect_running_in_a_parallel_branch_at_the_crash_is_cut(te
     with pytest.raises(AssertionError, match="A crash cut 1 of them between the side effect and its record"):
         effects.assert_exactly_once(slow_effect)
     effects.assert_exactly_once(slow_effect, deduplicated=True)
+
+
+async def test_an_async_side_effect_cancelled_by_the_crash_is_cut(tether_store: Store) -> None:
+    import anyio
+    from tether.actors import Chain
+    from tether.runtime import idempotent
+
+    started = anyio.Event()
+
+    @idempotent
+    async def slow_effect() -> str:
+        started.set()
+        await anyio.sleep_forever()  # cancelled by the crash, partway through its effect
+        return "never"
+
+    async def slow(state: dict[str, object]) -> dict[str, object]:
+        return {"slow": await slow_effect()}
+
+    async def quick(state: dict[str, object]) -> dict[str, object]:
+        await started.wait()
+        return {"quick": True}
+
+    async def start(state: dict[str, object]) -> dict[str, object]:
+        return {}
+
+    chain = Chain("cancelled", store=tether_store)
+    for fn in (start, slow, quick):
+        chain.add_node(fn)
+    chain.add_edge("start", "slow")
+    chain.add_edge("start", "quick")
+    with Effects() as effects:
+        async with crash_at("node:quick") as point:
+            await chain.run({}, execution_id="c-1")
+    assert point.happened
+    [key] = effects.count(slow_effect)
+    assert effects.cut == {key}
