@@ -11,16 +11,18 @@ from tether.stores import Store
 from tests.testing.flows import build, effect, tool
 
 
-async def test_a_resume_replays_records_instead_of_running_bodies_again(tether_store: Store) -> None:
+async def test_a_resume_replays_records_instead_of_running_bodies_again(
+    tether_store: Store, tether_effects: Effects
+) -> None:
     chain = build("line", tether_store)
-    with Effects() as effects:
-        async with crash_at("node:n4"):
-            await chain.run({}, execution_id="e-1")
-        await chain.resume("e-1")
-        await chain.run({}, execution_id="e-1")  # the id is an idempotency key: nothing runs again
+    async with crash_at("node:n4"):
+        await chain.run({}, execution_id="e-1")
+    await chain.resume("e-1")
+    await chain.run({}, execution_id="e-1")  # the id is an idempotency key: nothing runs again
 
-    effects.assert_exactly_once(effect, calls=4)
-    assert sorted(key.split("|")[3] for key in effects.count(effect)) == ["node:n1", "node:n2", "node:n3", "node:n4"]
+    tether_effects.assert_exactly_once(effect, calls=4)
+    assert sorted(key.split("|")[3] for key in tether_effects.count(effect)) == [
+        "node:n1", "node:n2", "node:n3", "node:n4"]
 
 
 async def test_a_lost_record_shows_as_a_second_run(tether_store: Store) -> None:
