@@ -39,7 +39,9 @@ BLOCK = os.environ.get("TETHER_DEMO_BLOCK", "")
 def lookup_order(order: str) -> dict[str, Any]:
     """The order's amount and customer."""
     if BLOCK == "lookup_order":
-        print("inside lookup_order", flush=True)
+        # One write: a print() from another tool's thread can land between print's text and its newline.
+        sys.stdout.write("inside lookup_order\n")
+        sys.stdout.flush()
         anyio.from_thread.run(anyio.sleep_forever)  # the demo kills the process here
     return {"order": order, "amount": 50_000 if order == "R-7" else 900, "customer": "ACME"}
 
@@ -187,7 +189,7 @@ def _kill_inside(url: str, execution_id: str, backend: str) -> None:
                           stdout=subprocess.PIPE, text=True, env=env) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:  # wait until it is inside the tool
-            if line.strip() == "inside lookup_order":
+            if "inside lookup_order" in line:
                 break
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 import anyio
-from _child import run_child
+from _child import run_child, say
 from tether.actors import Chain
 from tether.runtime import interrupt
 from tether.stores import Store
@@ -34,7 +34,7 @@ def node(name: str, **update: Any) -> Any:
             runs.flush()
             os.fsync(runs.fileno())
         if BLOCK == f"{name}:{visits(name)}":
-            print(f"in {name}", flush=True)
+            say(f"in {name}")
             anyio.from_thread.run(anyio.sleep_forever)  # killed here
         counts = dict(state.get("counts", {}))
         counts[name] = counts.get(name, 0) + 1

@@ -20,6 +20,13 @@ Build = Callable[[str, Store], tuple[Any, Callable[[], dict[str, Any]]]]
 """``build(scenario, store)`` -> (the runner, a function of extra output fields)."""
 
 
+def say(line: str) -> None:
+    """One line to the parent in one write: print()'s text and newline are two, and a thread
+    printing at the same moment can land between them, hiding the line from the parent."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def announced(store: Store) -> Store:
     """The store, printing ``recorded <label>`` once each appended entry is committed."""
     append = store.append
@@ -27,7 +34,7 @@ def announced(store: Store) -> Store:
     async def append_and_say(lease: Any, entries: Any) -> list[int]:
         seqs = await append(lease, entries)
         for entry in entries:
-            print(f"recorded {entry.label}", flush=True)
+            say(f"recorded {entry.label}")
         return seqs
 
     store.append = append_and_say  # type: ignore[method-assign]

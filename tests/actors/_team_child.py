@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import anyio.from_thread
 import anyio.to_thread
-from _child import run_child
+from _child import run_child, say
 from tether.actors import Agent, AssistantMessage, Message, ScriptedLLM, Supervisor, Swarm, ToolCall, Worker
 from tether.runtime import interrupt
 from tether.stores import Store
@@ -33,7 +33,7 @@ def ran(name: str) -> None:
     with open(RUNS_FILE) as runs:
         visits = sum(1 for line in runs if line.strip() == name)
     if BLOCK == f"{name}:{visits}":
-        print(f"in {name}", flush=True)
+        say(f"in {name}")
         anyio.from_thread.run(anyio.sleep_forever)  # killed here
 
 
