@@ -236,7 +236,7 @@ class SQLiteStore(DriverStore):
         self._group = GroupCommit(conn, _now)
 
     def _configure(self, db: sqlite3.Connection) -> None:
-        db.execute("PRAGMA journal_mode=WAL").fetchone()
+        self._enter_wal(db)
         db.execute(f"PRAGMA synchronous={self.synchronous}")
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -257,6 +257,26 @@ class SQLiteStore(DriverStore):
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+    def _enter_wal(self, db: sqlite3.Connection) -> None:
+        """Switch the file to WAL, waiting out other processes that are doing the same.
+
+        Switching needs an exclusive lock, and SQLite answers "locked" at once, without
+        its busy handler, when two connections race to upgrade their shared locks (a
+        fresh file opened by several starters). So retry here, on the connection's
+        thread, for up to ``busy_timeout``.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        pause = 0.005
+        while True:
+            try:
+                db.execute("PRAGMA journal_mode=WAL").fetchone()
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
     async def _close(self) -> None:
         self._group = None
