@@ -1,13 +1,15 @@
 """`tether worker` processes on a real Postgres: decisions recorded elsewhere, SIGKILL, SIGSTOP,
 timers and deadlines across a full restart.
 
-Conditions here live in other processes' commits, so the test polls the store,
-always against a deadline. Side effects are rows keyed by `idempotency_key()` in
+Conditions here live in other processes' commits. A trigger of the test's own
+notifies whenever an execution's status or lease owner changes, and the test
+looks at the store again on each notification, always against a deadline. Side effects are rows keyed by `idempotency_key()` in
 a SQLite file every process writes to, so "nothing ran twice" is counted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -19,14 +21,24 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import anyio
+import asyncpg
 import pytest
-from tether.stores import Execution, open_store
+from tether.stores import Execution, StoreError, open_store
 
 from ._fleet_app import approvals, batch, deadlines, prepare, timers
 
 APP = "tests.operator._fleet_app:runners"
+CHANGED = "fleet_changed"
+WATCH = f"""
+CREATE OR REPLACE FUNCTION {CHANGED}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_notify('{CHANGED}', ''); RETURN NULL; END $$;
+DROP TRIGGER IF EXISTS {CHANGED} ON tether_executions;
+CREATE TRIGGER {CHANGED} AFTER INSERT OR UPDATE OF status, lease_owner ON tether_executions
+    FOR EACH STATEMENT EXECUTE FUNCTION {CHANGED}();
+"""
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -66,13 +78,39 @@ class Fleet:
         return self.store(lambda store: store.list_executions(limit=10_000))  # type: ignore[no-any-return]
 
     def wait(self, condition: Callable[[list[Execution]], bool], what: str, timeout: float = 120) -> list[Execution]:
-        deadline = time.monotonic() + timeout
-        while True:
-            rows = self.executions()
-            if condition(rows):
-                return rows
-            assert time.monotonic() < deadline, f"timed out waiting for {what}: {Counter(e.status for e in rows)}"
-            time.sleep(0.1)
+        """Look at the executions each time one changes, until ``condition`` holds."""
+        parts = urlsplit(self.url)
+        query = parse_qs(parts.query)
+        schema = query.pop("schema", [None])[-1]
+        dsn = urlunsplit(parts._replace(query=urlencode(query, doseq=True)))
+
+        async def main() -> list[Execution]:
+            changed = [anyio.Event()]
+            listener = await asyncpg.connect(dsn, server_settings={"search_path": schema} if schema else {})
+            rows: list[Execution] = []
+            try:
+                await listener.execute(WATCH)
+                await listener.add_listener(CHANGED, lambda *_: changed[-1].set())
+                async with open_store(self.url) as store:
+                    with anyio.move_on_after(timeout):
+                        while True:
+                            changed.append(anyio.Event())  # before the read: a change during it wakes us
+                            try:
+                                rows = await store.list_executions(limit=10_000)
+                            except StoreError:
+                                pass  # the server is restarting: look again
+                            else:
+                                if condition(rows):
+                                    return rows
+                            # A restarted server drops the listener: look again anyway, now and then.
+                            with anyio.move_on_after(1):
+                                await changed[-1].wait()
+            finally:
+                with contextlib.suppress(Exception):
+                    await listener.close(timeout=5)
+            raise AssertionError(f"timed out waiting for {what}: {Counter(e.status for e in rows)}")
+
+        return anyio.run(main)
 
     def effects_by_execution(self) -> Counter[str]:
         with sqlite3.connect(self.effects) as db:
@@ -177,8 +215,7 @@ def test_timers_and_deadlines_across_a_full_restart(fleet: Fleet) -> None:
     due = max(e.wake_at or datetime.now(UTC) for e in rows)
     pending = fleet.store(lambda store: store.list_pending())
     due = max(due, *(p.deadline for p in pending))
-    while datetime.now(UTC) < due:  # both moments pass while nothing runs
-        time.sleep(0.1)
+    time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()))  # both moments pass while nothing runs
     fleet.start_worker()
     rows = fleet.wait(lambda rows: all(e.status == "completed" for e in rows), "both to complete after the restart")
     by_id = {e.execution_id: e for e in rows}
