@@ -6,6 +6,7 @@ Module-level runners (``tests.testing.flows:line``) are what a child process of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tether.actors import Agent, Chain, ScriptedLLM, Supervisor, Swarm, ToolCall, Worker
@@ -45,26 +46,34 @@ def tool(name: str) -> Any:
     return fn
 
 
+def graph(chain: Chain, flow: str, node: Callable[[str], Any], *, loops: int) -> Chain:
+    """The nodes and edges of a graph flow (the torture suite builds the same ones).
+
+    ``fanout``: a -> {b, c} -> d; ``route``: a -> b (when x) or c, then d; ``cycle``:
+    n1 -> n2 -> n1, that edge followed ``loops`` times.
+    """
+    for name in ("n1", "n2") if flow == "cycle" else ("a", "b", "c", "d"):
+        chain.add_node(node(name))
+    if flow == "fanout":
+        for a, b in (("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")):
+            chain.add_edge(a, b)
+    elif flow == "route":
+        chain.add_edge("a", "b", when=lambda s: s.get("x", True))
+        chain.add_edge("a", "c", when=lambda s: not s.get("x", True))
+        chain.add_edge("b", "d")
+        chain.add_edge("c", "d")
+    else:
+        chain.add_edge("n1", "n2")
+        chain.add_edge("n2", "n1", max_iterations=loops)
+    return chain
+
+
 def build(flow: str, store: Store | None) -> Any:
     """A fresh runner of the named flow (``FLOWS``) over ``store``."""
     if flow == "line":
         return Chain("line", [node(n) for n in ("n1", "n2", "n3", "n4")], store=store)
     if flow in ("fanout", "route", "cycle"):
-        chain = Chain(flow, store=store)
-        for name in ("n1", "n2") if flow == "cycle" else ("a", "b", "c", "d"):
-            chain.add_node(node(name))
-        if flow == "fanout":
-            for a, b in (("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")):
-                chain.add_edge(a, b)
-        elif flow == "route":
-            chain.add_edge("a", "b", when=lambda s: s.get("x", True))
-            chain.add_edge("a", "c", when=lambda s: not s.get("x", True))
-            chain.add_edge("b", "d")
-            chain.add_edge("c", "d")
-        else:
-            chain.add_edge("n1", "n2")
-            chain.add_edge("n2", "n1", max_iterations=2)
-        return chain
+        return graph(Chain(flow, store=store), flow, node, loops=2)
     if flow == "approval":
         return Chain("approval", [node("validate"), approve, node("charge")], store=store)
     if flow == "agent":

@@ -22,6 +22,8 @@ from tether.actors import Agent, Chain, ScriptedLLM, Supervisor, Swarm, ToolCall
 from tether.runtime import AlreadyResumed, LeaseHeld, Resume, _faults, idempotency_key, idempotent, interrupt
 from tether.stores import PostgresStore, Store, open_store
 
+from tests.testing.flows import graph
+
 EFFECTS = ""
 
 
@@ -61,22 +63,7 @@ def build(scenario: str, store: Store) -> Any:
     if scenario == "line":
         return Chain("line", [node(n) for n in ("n1", "n2", "n3", "n4", "n5")], store=store, lease_seconds=1.0)
     if scenario in ("fanout", "route", "cycle"):
-        chain = Chain(scenario, store=store, lease_seconds=1.0)
-        names = ("n1", "n2") if scenario == "cycle" else ("a", "b", "c", "d")
-        for name in names:
-            chain.add_node(node(name))
-        if scenario == "fanout":
-            for a, b in (("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")):
-                chain.add_edge(a, b)
-        elif scenario == "route":
-            chain.add_edge("a", "b", when=lambda s: s.get("x", True))
-            chain.add_edge("a", "c", when=lambda s: not s.get("x", True))
-            chain.add_edge("b", "d")
-            chain.add_edge("c", "d")
-        else:
-            chain.add_edge("n1", "n2")
-            chain.add_edge("n2", "n1", max_iterations=3)
-        return chain
+        return graph(Chain(scenario, store=store, lease_seconds=1.0), scenario, node, loops=3)
     if scenario == "approval":
         return Chain("approval", [node("validate"), approve, node("charge")], store=store, lease_seconds=1.0)
     if scenario == "agent":
