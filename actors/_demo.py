@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -109,7 +108,7 @@ async def _step(step: str, url: str, execution_id: str) -> None:
                     result = await planner.resume(execution_id)
                     break
                 except LeaseHeld as held:  # the killed process's lease runs out first
-                    await anyio.sleep(max(0.0, (held.expires_at - datetime.now(UTC)).total_seconds()) + 0.05)
+                    await anyio.sleep(held.seconds_left + 0.05)
     calls = planner.agent.llm.calls  # type: ignore[attr-defined]
     print(json.dumps({**result.model_dump(mode="json"), "planner_llm_calls": calls}), flush=True)
 

@@ -18,7 +18,6 @@ import random
 import signal
 import subprocess
 import sys
-from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -76,9 +75,9 @@ async def open_bank(rt: Runtime) -> ActorRef:
         try:
             return await rt.spawn(Bank, "main")
         except LeaseHeld as held:
-            wait = (held.expires_at - datetime.now(UTC)).total_seconds()
-            print(f"  waiting {wait:.1f}s for the dead service's lease on {held.execution_id}", flush=True)
-            await anyio.sleep(max(wait, 0) + 0.05)
+            print(f"  waiting {held.seconds_left:.1f}s for the dead service's lease on {held.execution_id}",
+                  flush=True)
+            await anyio.sleep(held.seconds_left + 0.05)
 
 
 async def serve(url: str) -> None:

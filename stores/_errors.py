@@ -24,10 +24,7 @@ runtime and actors raise these same classes and re-export them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from datetime import datetime
+from datetime import UTC, datetime
 
 
 class TetherError(Exception):
@@ -93,6 +90,15 @@ class LeaseHeld(StoreError):
             f"{expires_at.isoformat()}). Wait for it to finish, or for its lease to expire "
             f"if that process died, then try again."
         )
+
+    @property
+    def seconds_left(self) -> float:
+        """Seconds until the lease expires, by this machine's clock (0 once it has).
+
+        A process that died keeps its lease until then; waiting this long (and a
+        little more) before trying again is how recovery takes it over.
+        """
+        return max(0.0, (self.expires_at - datetime.now(UTC)).total_seconds())
 
 
 class StaleLease(StoreError):

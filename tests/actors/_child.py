@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -60,7 +59,7 @@ async def _main(build: Build, input: Any, url: str, scenario: str, mode: str, ex
                     result = await runner.resume(execution_id)
                     break
                 except LeaseHeld as held:  # the killed process's lease runs out first
-                    await anyio.sleep(max(0.0, (held.expires_at - datetime.now(UTC)).total_seconds()) + 0.05)
+                    await anyio.sleep(held.seconds_left + 0.05)
     print(json.dumps({**result.model_dump(mode="json"), **extra()}), flush=True)
 
 

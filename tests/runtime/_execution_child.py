@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -88,7 +87,7 @@ async def main(url: str, mode: str, execution_id: str, schema: str | None) -> No
                     if os.environ.get("TETHER_TEST_NO_WAIT"):
                         print(json.dumps({"status": "lease_held"}), flush=True)
                         return
-                    await anyio.sleep(max(0.0, (held.expires_at - datetime.now(UTC)).total_seconds()) + 0.05)
+                    await anyio.sleep(held.seconds_left + 0.05)
 
 
 if __name__ == "__main__":

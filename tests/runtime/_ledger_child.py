@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -50,7 +49,7 @@ async def spawn_when_free(rt: Runtime) -> ActorRef:
             return await rt.spawn(LedgerActor, "main", durable=True)
         except LeaseHeld as held:
             # The killed process's lease runs out at a known time: wait for it.
-            await anyio.sleep(max(0.0, (held.expires_at - datetime.now(UTC)).total_seconds()) + 0.05)
+            await anyio.sleep(held.seconds_left + 0.05)
 
 
 async def main(url: str, mode: str, start: int, schema: str | None) -> None:

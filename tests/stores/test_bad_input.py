@@ -243,3 +243,12 @@ async def test_megabyte_payloads_round_trip(store: Store) -> None:
     assert decision.payload["value"] == big  # type: ignore[index, call-overload]
     first = (await store.read_journal("big"))[0]
     assert first.payload == big
+
+
+def test_an_expired_lease_has_no_seconds_left() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from tether.stores import LeaseHeld
+
+    held = LeaseHeld("x", "proc-a", datetime.now(UTC) - timedelta(seconds=5))
+    assert held.seconds_left == 0.0

@@ -155,6 +155,7 @@ async def test_live_lease_is_exclusive(store: Store) -> None:
         await store.acquire_lease(lease.execution_id, owner="proc-b", lease_seconds=60)
     assert info.value.owner == OWNER
     assert "proc-a" in str(info.value)
+    assert 50 < info.value.seconds_left <= 60  # what a recovering process waits out
     same = await store.acquire_lease(lease.execution_id, owner=OWNER, lease_seconds=60)
     assert same.epoch == lease.epoch + 1
 

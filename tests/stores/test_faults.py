@@ -13,7 +13,6 @@ import sqlite3
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ async def recover(chain: Chain, execution_id: str) -> RunResult:
         try:
             return await chain.resume(execution_id)
         except LeaseHeld as held:  # the stopped run's lease runs out first
-            await anyio.sleep(max(0.0, (held.expires_at - datetime.now(UTC)).total_seconds()) + 0.05)
+            await anyio.sleep(held.seconds_left + 0.05)
 
 
 async def test_connections_killed_by_the_server_mid_run(postgres_dsn: str, pg_schema: str) -> None:

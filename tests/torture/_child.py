@@ -14,7 +14,6 @@ import json
 import os
 import sqlite3
 import sys
-from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -110,7 +109,7 @@ async def recover(runner: Any, execution_id: str) -> Any:
         try:
             return await runner.resume(execution_id)
         except LeaseHeld as held:  # the killed process's lease runs out first
-            await anyio.sleep(max(0.0, (held.expires_at - datetime.now(UTC)).total_seconds()) + 0.05)
+            await anyio.sleep(held.seconds_left + 0.05)
 
 
 if __name__ == "__main__":
