@@ -41,6 +41,8 @@ import anyio
 from tether.actors import Agent, FunctionTool, ScriptedLLM, ToolCall
 from tether.stores import PostgresStore, SQLiteStore
 
+from bench._savers import langgraph_saver
+
 PROMPT = "Look up the orders."
 
 
@@ -175,20 +177,7 @@ async def run_langgraph(kind: str, target: str, synchronous: str, turns: int) ->
         assert len(out["messages"]) == 2 * turns + 2, out  # the prompt, N calls, N results, the answer
         return elapsed / turns * 1e6
 
-    if kind == "sqlite":
-        import aiosqlite
-        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
-        async with aiosqlite.connect(target) as conn:
-            await conn.execute("PRAGMA journal_mode=WAL")
-            await conn.execute(f"PRAGMA synchronous={synchronous}")
-            saver = AsyncSqliteSaver(conn)
-            await saver.setup()
-            return await timed(saver)
-    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-
-    async with AsyncPostgresSaver.from_conn_string(target) as saver:
-        await saver.setup()
+    async with langgraph_saver(kind, target, synchronous) as saver:
         return await timed(saver)
 
 

@@ -34,6 +34,8 @@ import asyncpg
 from tether.actors import Chain
 from tether.stores import PostgresStore, SQLiteStore
 
+from bench._savers import langgraph_saver
+
 UPDATE = {"step": 1, "note": "x" * 40}
 PAYLOAD = json.dumps(UPDATE)
 
@@ -117,20 +119,7 @@ async def run_langgraph(kind: str, target: str, synchronous: str, count: int) ->
         await app.ainvoke({"step": 0}, config, durability="sync")
         return (time.perf_counter() - start) / count * 1e6
 
-    if kind == "sqlite":
-        import aiosqlite
-        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
-        async with aiosqlite.connect(target) as conn:
-            await conn.execute("PRAGMA journal_mode=WAL")
-            await conn.execute(f"PRAGMA synchronous={synchronous}")
-            saver = AsyncSqliteSaver(conn)
-            await saver.setup()
-            return await timed(saver)
-    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-
-    async with AsyncPostgresSaver.from_conn_string(target) as saver:
-        await saver.setup()
+    async with langgraph_saver(kind, target, synchronous) as saver:
         return await timed(saver)
 
 

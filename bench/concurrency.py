@@ -44,6 +44,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from bench._savers import langgraph_saver
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTE = "x" * 40
 PEERS = ("tether (asyncio)", "tether (trio)", "LangGraph", "DBOS")
@@ -179,20 +181,8 @@ async def run_langgraph(config: str, target: str, schema: str, executions: int, 
             check(out, steps)
         return summary(executions * steps, elapsed, rss_before, lags)
 
-    if config == "Postgres":
-        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-
-        async with AsyncPostgresSaver.from_conn_string(target) as saver:
-            await saver.setup()
-            return await measure(saver)
-    import aiosqlite
-    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
-    async with aiosqlite.connect(target) as conn:
-        await conn.execute("PRAGMA journal_mode=WAL")
-        await conn.execute(f"PRAGMA synchronous={config.split()[1]}")
-        saver = AsyncSqliteSaver(conn)
-        await saver.setup()
+    kind = "postgres" if config == "Postgres" else "sqlite"
+    async with langgraph_saver(kind, target, config.split()[-1]) as saver:
         return await measure(saver)
 
 

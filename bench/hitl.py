@@ -45,6 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench._savers import langgraph_saver
 from bench.concurrency import dbos_config as concurrency_dbos_config
 
 AMOUNT = 120
@@ -163,20 +164,8 @@ async def run_langgraph(config: str, target: str, schema: str, count: int) -> La
         await one("warm-up")
         return [await one(f"run-{i}") for i in range(count)]
 
-    if config == "Postgres":
-        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-
-        async with AsyncPostgresSaver.from_conn_string(target) as saver:
-            await saver.setup()
-            return await measure(saver)
-    import aiosqlite
-    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
-    async with aiosqlite.connect(target) as conn:
-        await conn.execute("PRAGMA journal_mode=WAL")
-        await conn.execute(f"PRAGMA synchronous={config.split()[1]}")
-        saver = AsyncSqliteSaver(conn)
-        await saver.setup()
+    kind = "postgres" if config == "Postgres" else "sqlite"
+    async with langgraph_saver(kind, target, config.split()[-1]) as saver:
         return await measure(saver)
 
 
