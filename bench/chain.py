@@ -9,6 +9,10 @@ LangGraph `StateGraph` with `AsyncSqliteSaver`/`AsyncPostgresSaver`, durability
 database. Beside them, the floor: the raw driver doing one INSERT+COMMIT of the
 same bytes per node. SQLite runs in WAL at synchronous FULL and NORMAL for every
 peer alike; Postgres with the server's synchronous_commit (on).
+
+Every peer's node is an async function, so every peer runs it on the event loop.
+A sync node would not be the same work everywhere: tether and LangGraph run it in
+a worker thread (it may block), fastaiagent calls it on the loop.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ PAYLOAD = json.dumps(UPDATE)
 
 def tether_nodes(count: int) -> list[Any]:
     def make(k: int) -> Any:
-        def node(state: dict[str, Any]) -> dict[str, Any]:
+        async def node(state: dict[str, Any]) -> dict[str, Any]:
             return {"step": state.get("step", 0) + 1, "note": UPDATE["note"]}
 
         node.__name__ = f"n{k}"
@@ -80,7 +84,7 @@ async def run_fastaiagent(kind: str, target: str, synchronous: str, count: int) 
             checkpointer = PostgresCheckpointer(target, schema=f"fa_{uuid.uuid4().hex[:8]}")
         checkpointer.setup()
 
-        def step(step: int = 0) -> dict[str, Any]:
+        async def step(step: int = 0) -> dict[str, Any]:
             return {"step": step + 1, "note": UPDATE["note"]}
 
         chain = FChain("line", checkpointer=checkpointer)
@@ -104,9 +108,12 @@ async def run_langgraph(kind: str, target: str, synchronous: str, count: int) ->
         step: int
         note: str
 
+    async def node(state: State) -> dict[str, Any]:
+        return {"step": state.get("step", 0) + 1, "note": UPDATE["note"]}
+
     graph = StateGraph(State)
     for k in range(count):
-        graph.add_node(f"n{k}", lambda s: {"step": s.get("step", 0) + 1, "note": UPDATE["note"]})
+        graph.add_node(f"n{k}", node)
     graph.add_edge(START, "n0")
     for k in range(count - 1):
         graph.add_edge(f"n{k}", f"n{k + 1}")

@@ -11,11 +11,12 @@ loop meanwhile (p50/p99 of its overshoot), which shows how long the peer's work
 holds the loop.
 
 Peers, interleaved round by round (their order shuffled):
-tether `Chain` of trivial sync nodes, the runs in one anyio task group over one
-shared store, under asyncio (and trio as an extra row); LangGraph `StateGraph`
-with one `AsyncSqliteSaver` / `AsyncPostgresSaver` (one connection), durability
-"sync", the runs gathered with `asyncio.gather`; DBOS 3.4, an async workflow of
-async steps, the runs gathered the same way. SQLite runs in WAL at synchronous
+tether `Chain`, the runs in one anyio task group over one shared store, under
+asyncio (and trio as an extra row); LangGraph `StateGraph` with one
+`AsyncSqliteSaver` / `AsyncPostgresSaver` (one connection), durability "sync",
+the runs gathered with `asyncio.gather`; DBOS 3.4, an async workflow, the runs
+gathered the same way. Every peer's step is a trivial async function, run on the
+event loop (a sync one would run in a worker thread in tether and LangGraph). SQLite runs in WAL at synchronous
 FULL and NORMAL for every peer alike; Postgres with the server's
 synchronous_commit (on), each tether and DBOS run in a schema of its own.
 
@@ -106,7 +107,7 @@ def check(state: Any, steps: int) -> None:
 
 def tether_nodes(steps: int) -> list[Any]:
     def make(k: int) -> Any:
-        def node(state: dict[str, Any]) -> dict[str, Any]:
+        async def node(state: dict[str, Any]) -> dict[str, Any]:
             return {"step": state.get("step", 0) + 1, "note": NOTE}
 
         node.__name__ = f"n{k}"  # node names must be unique
@@ -158,9 +159,12 @@ async def run_langgraph(config: str, target: str, schema: str, executions: int, 
         step: int
         note: str
 
+    async def node(state: State) -> dict[str, Any]:
+        return {"step": state.get("step", 0) + 1, "note": NOTE}
+
     graph = StateGraph(State)
     for k in range(steps):
-        graph.add_node(f"n{k}", lambda s: {"step": s.get("step", 0) + 1, "note": NOTE})
+        graph.add_node(f"n{k}", node)
     graph.add_edge(START, "n0")
     for k in range(steps - 1):
         graph.add_edge(f"n{k}", f"n{k + 1}")

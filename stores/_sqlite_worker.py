@@ -75,21 +75,8 @@ class _Reply(Generic[T]):
         return self._result  # type: ignore[no-any-return]
 
 
-async def read_on_worker(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-    """Run the read ``fn(connection)`` on the connection's thread and return its result.
-
-    A cancelled caller just leaves; the read finishes on its thread and its result
-    is dropped. (Writes go through `GroupCommit`, whose callers wait for the outcome.)
-    """
-    await anyio.lowlevel.checkpoint_if_cancelled()
-    reply: _Reply[T] = _Reply()
-    conn._tx.put_nowait((reply, partial(fn, conn._conn)))  # type: ignore[arg-type]
-    await reply.event.wait()
-    return reply.outcome()
-
-
 class GroupCommit:
-    """Write transactions that arrive together share one ``BEGIN IMMEDIATE`` .. ``COMMIT``.
+    """The store's connection: reads, and write transactions that share commits.
 
     Writes are queued here; one job on the connection's thread takes every write
     queued so far and runs them in one transaction, each inside a savepoint of
@@ -98,41 +85,133 @@ class GroupCommit:
     acknowledged before it is durable. While a transaction commits (the fsync),
     new writes queue up for the next one: under load, one fsync serves many
     boundaries; alone, a write costs what it did.
+
+    Given ``here``, a second connection opened with a zero busy timeout (the
+    store does so for ``synchronous=NORMAL``, where a commit writes to the OS and
+    does not fsync), a write that finds no batch queued runs on the caller's
+    thread instead: two thread wake-ups cost more than such a transaction. It
+    never waits there: if the write lock is taken, by the thread's connection or
+    another process, SQLite says so at once and the write joins the queue, whose
+    connection waits with its busy handler. WAL checkpoints, which do fsync, are
+    taken off automatic on both connections and run on the thread every
+    `CHECKPOINT_EVERY` writes.
     """
 
-    def __init__(self, conn: aiosqlite.Connection, now: Callable[[], int]) -> None:
+    CHECKPOINT_EVERY = 250  # writes; a few pages each, about SQLite's default of 1000 pages
+
+    def __init__(self, conn: aiosqlite.Connection, now: Callable[[], int], *,
+                 here: sqlite3.Connection | None = None) -> None:
         self._conn = conn
         self._now = now
+        self._here = here
+        self._here_in_use = threading.Lock()  # one caller's thread at a time on ``here``
         self._queued: list[tuple[Callable[[sqlite3.Connection, int], Any], _Reply[Any]]] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the queue and the counters below
         self._job_queued = False
+        self._writes_since_checkpoint = 0
+        self._checkpoint_queued = False
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run the read ``fn(connection)`` on the connection's thread and return its result.
+
+        A cancelled caller just leaves; the read finishes on its thread and its result
+        is dropped. (A write's caller waits for the outcome.)
+        """
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        reply: _Reply[T] = _Reply()
+        self._conn._tx.put_nowait((reply, partial(fn, self._conn._conn)))  # type: ignore[arg-type]
+        await reply.event.wait()
+        return reply.outcome()
 
     async def write(self, fn: Callable[[sqlite3.Connection, int], T]) -> T:
         """Run ``fn(db, now)`` in a shared transaction; return once that transaction committed."""
         await anyio.lowlevel.checkpoint_if_cancelled()
+        if self._here is not None and not (self._job_queued or self._checkpoint_queued):
+            try:
+                result = self._write_here(self._here, fn)
+            except _LockTaken:
+                pass  # another connection is writing: queue behind it
+            else:
+                self._count_writes(1)
+                # Committed: a cancellation now is delivered at the caller's next checkpoint.
+                await anyio.lowlevel.cancel_shielded_checkpoint()
+                return result
         reply: _Reply[T] = _Reply()
         with self._lock:
             self._queued.append((fn, reply))
             start_job = not self._job_queued
             self._job_queued = True
         if start_job:
-            self._conn._tx.put_nowait((_Reply(), partial(self._run_batches, self._conn._conn)))  # type: ignore[arg-type]
+            self._conn._tx.put_nowait((_Reply(), self._run_batches))  # type: ignore[arg-type]
         return await _wait_committed(reply)
 
-    def _run_batches(self, db: sqlite3.Connection) -> None:
+    def close_here(self) -> None:
+        """Close the caller-side connection (not the last one: it never checkpoints)."""
+        here, self._here = self._here, None
+        if here is not None:
+            with self._here_in_use:
+                here.close()
+
+    def _write_here(self, db: sqlite3.Connection, fn: Callable[[sqlite3.Connection, int], T]) -> T:
+        """One transaction on the caller's thread, or `_LockTaken` without waiting."""
+        if not self._here_in_use.acquire(blocking=False):
+            raise _LockTaken  # another event loop's thread is in it
+        try:
+            try:
+                db.execute("BEGIN IMMEDIATE")  # busy_timeout 0: fails at once if taken
+            except sqlite3.OperationalError as exc:
+                if _is_busy(exc):
+                    raise _LockTaken from None
+                raise
+            try:
+                result = fn(db, self._now())
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):  # the connection's own state says the rest
+                        db.execute("ROLLBACK")
+                raise
+            return result
+        finally:
+            self._here_in_use.release()
+
+    def _run_batches(self) -> None:
         """On the connection's thread: commit batches until none is queued."""
         while True:
             with self._lock:
                 batch, self._queued = self._queued, []
                 if not batch:
                     self._job_queued = False
-                    return
+                    break
             try:
-                self._commit(db, batch)
+                self._commit(self._conn._conn, batch)
             except BaseException as exc:  # noqa: BLE001 - nothing may leave a caller waiting forever
                 for _, reply in batch:
                     if not reply.done():
                         reply.call_soon_threadsafe(_deliver, reply, (False, exc))
+            if self._here is not None:
+                self._count_writes(len(batch))
+
+    def _count_writes(self, count: int) -> None:
+        with self._lock:
+            self._writes_since_checkpoint += count
+            due = self._writes_since_checkpoint >= self.CHECKPOINT_EVERY and not self._checkpoint_queued
+            if due:
+                self._checkpoint_queued = True
+        if due:
+            self._conn._tx.put_nowait((_Reply(), self._checkpoint))  # type: ignore[arg-type]
+
+    def _checkpoint(self) -> None:
+        """On the connection's thread: copy the WAL into the database (this one fsyncs).
+
+        Writes queue behind it meanwhile: the next writer can start the WAL over
+        only if its transaction begins after the checkpoint has caught up.
+        """
+        with contextlib.suppress(sqlite3.Error):  # busy readers elsewhere: the next one catches up
+            self._conn._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        with self._lock:
+            self._writes_since_checkpoint = 0
+            self._checkpoint_queued = False
 
     def _commit(self, db: sqlite3.Connection,
                 batch: list[tuple[Callable[[sqlite3.Connection, int], Any], _Reply[Any]]]) -> None:
@@ -160,6 +239,17 @@ class GroupCommit:
             outcomes = [(False, exc)] * len(batch)
         for (_, reply), (ok, value) in zip(batch, outcomes, strict=True):
             reply.call_soon_threadsafe(_deliver, reply, (ok, value))
+
+
+class _LockTaken(Exception):
+    """The write lock is another connection's: this write waits on the thread instead."""
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(exc)  # pragma: no cover - sqlite3 before Python 3.11
 
 
 def _deliver(reply: _Reply[Any], outcome: tuple[bool, Any]) -> None:

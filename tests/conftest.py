@@ -45,6 +45,8 @@ def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Sto
         return MemoryStore()
     if kind == "sqlite":
         return SQLiteStore(tmp_path / "tether.db")
+    if kind == "sqlite-normal":  # its uncontended writes commit on the loop's thread
+        return SQLiteStore(tmp_path / "tether.db", synchronous="NORMAL")
     dsn = request.getfixturevalue("postgres_dsn")
     return PostgresStore(dsn, schema=request.getfixturevalue("pg_schema"))
 

@@ -1,15 +1,24 @@
-"""Store work never runs on the event loop's thread, however many actors write at once."""
+"""Store work that may wait never runs on the event loop's thread, however many actors write.
+
+At ``synchronous=FULL`` every statement runs on the store's connection thread. At
+``NORMAL`` a write that finds the connection idle commits on the loop's thread (no
+fsync, cheaper than two thread wake-ups), but nothing there waits: not for another
+process's lock, and not for a WAL checkpoint's fsync.
+"""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
+import pytest
 from pydantic import BaseModel
 from tether.runtime import Actor, ActorRef, Runtime
-from tether.stores import SQLiteStore
+from tether.stores import NewEntry, NewExecution, SQLiteStore
 
 
 class Ping(BaseModel):
@@ -32,20 +41,119 @@ class Relay(Actor[Hops]):
         return self.state.seen
 
 
-async def test_fifty_durable_actors_keep_sqlite_off_the_loop(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "relay.db", synchronous="NORMAL")
-    loop_thread = threading.get_ident()
-    statement_threads: set[int] = set()
+def trace(store: SQLiteStore, on_statement: Any) -> None:
+    """Call ``on_statement(thread, sql)`` for every statement the store's connections run."""
+    assert store._conn is not None and store._group is not None
+    for connection in (store._conn._conn, store._group._here):
+        if connection is not None:
+            connection.set_trace_callback(lambda sql: on_statement(threading.get_ident(), sql))
+
+
+async def relay_fifty(store: SQLiteStore) -> list[tuple[int, str]]:
+    statements: list[tuple[int, str]] = []
     async with store, Runtime(store) as rt:
-        # Watch every statement the store's connection runs, and on which thread.
-        store._conn._conn.set_trace_callback(  # type: ignore[union-attr]
-            lambda sql: statement_threads.add(threading.get_ident())
-        )
+        trace(store, lambda thread, sql: statements.append((thread, sql)))
         Relay.peers = [await rt.spawn(Relay, str(i), durable=True) for i in range(50)]
         async with anyio.create_task_group() as tg:
             for i, ref in enumerate(Relay.peers):
                 tg.start_soon(ref.send, Ping(hops=3 + i % 3))
         for ref in Relay.peers:  # each mailbox drains before its reply
             await ref.ask(Ping(hops=0))
-    assert statement_threads, "no statement was traced"
-    assert loop_thread not in statement_threads
+    assert statements, "no statement was traced"
+    return statements
+
+
+async def test_at_full_no_statement_runs_on_the_loop(tmp_path: Path) -> None:
+    statements = await relay_fifty(SQLiteStore(tmp_path / "relay.db", synchronous="FULL"))
+    loop_thread = threading.get_ident()
+    assert [sql for thread, sql in statements if thread == loop_thread] == []
+
+
+async def test_at_normal_the_loop_runs_whole_write_transactions_only(tmp_path: Path) -> None:
+    statements = await relay_fifty(SQLiteStore(tmp_path / "relay.db", synchronous="NORMAL"))
+    loop_thread = threading.get_ident()
+    on_loop = [sql for thread, sql in statements if thread == loop_thread]
+    assert on_loop, "no write took the loop's path"
+    # Every statement on the loop is a write transaction's: BEGIN IMMEDIATE (which
+    # fails at once if the lock is taken), the write, COMMIT. No read, no checkpoint.
+    in_transaction = False
+    for sql in on_loop:
+        if sql == "BEGIN IMMEDIATE":
+            assert not in_transaction
+            in_transaction = True
+        elif sql in ("COMMIT", "ROLLBACK"):
+            assert in_transaction
+            in_transaction = False
+        else:
+            assert in_transaction, f"{sql!r} ran on the loop outside a write transaction"
+            assert not sql.lstrip().upper().startswith("SELECT"), sql
+    assert not in_transaction
+    checkpoints = [thread for thread, sql in statements if "wal_checkpoint" in sql]
+    # 50 actors x 4-6 messages x 2 boundaries: past the checkpoint interval at least once.
+    assert checkpoints, "the WAL was never checkpointed"
+    assert loop_thread not in checkpoints
+
+
+async def test_a_write_held_up_by_another_process_waits_off_the_loop(tmp_path: Path) -> None:
+    """Another connection holds the write lock: the write goes to the thread and waits there."""
+    path = tmp_path / "busy.db"
+    loop_thread = threading.get_ident()
+    waiting_on_thread = threading.Event()
+    begins: list[int] = []
+
+    def on_statement(thread: int, sql: str) -> None:
+        if sql == "BEGIN IMMEDIATE":
+            begins.append(thread)
+            if thread != loop_thread:
+                waiting_on_thread.set()
+
+    async with SQLiteStore(path, synchronous="NORMAL", busy_timeout=20) as store:
+        started = await store.start_execution(
+            NewExecution(execution_id="ex", runner="r", root_path="agent:a"), owner="me", lease_seconds=600
+        )
+        assert started.lease is not None
+        trace(store, on_statement)
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            async with anyio.create_task_group() as tg:
+                seqs: list[int] = []
+
+                async def write() -> None:
+                    seqs.extend(await store.append(started.lease, [NewEntry(path="agent:a", label="x")]))
+
+                tg.start_soon(write)
+                # This wait needs the loop: a write blocking it would never let it finish.
+                with anyio.fail_after(10):
+                    await anyio.to_thread.run_sync(waiting_on_thread.wait)
+                assert seqs == []
+                other.execute("COMMIT")
+        finally:
+            other.close()
+        assert seqs == [1]
+        assert begins[0] == loop_thread  # tried here first, found the lock taken
+        assert begins[-1] != loop_thread
+        assert [e.label for e in await store.read_journal("ex")] == ["x"]
+        # The lock is free again: the next write commits on the loop's thread.
+        begins.clear()
+        await store.append(started.lease, [NewEntry(path="agent:a", label="y")])
+        assert begins == [loop_thread]
+
+
+@pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])
+async def test_the_wal_stays_bounded(tmp_path: Path, synchronous: str) -> None:
+    """Checkpoints keep the WAL file from growing with the number of writes."""
+    path = tmp_path / "wal.db"
+    async with SQLiteStore(path, synchronous=synchronous) as store:  # type: ignore[arg-type]
+        started = await store.start_execution(
+            NewExecution(execution_id="ex", runner="r", root_path="agent:a"), owner="me", lease_seconds=600
+        )
+        assert started.lease is not None
+        sizes = []
+        for round_ in range(5):
+            for i in range(300):
+                await store.append(started.lease, [NewEntry(path="agent:a", label=f"{round_}/{i}", payload="x" * 200)])
+            sizes.append(Path(f"{path}-wal").stat().st_size)
+    # The WAL is reused from its start after a checkpoint: its size levels off
+    # instead of growing by a round's worth (about 3 MiB) each round.
+    assert sizes[-1] < 1.5 * sizes[0], sizes
