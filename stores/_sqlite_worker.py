@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
+import time
 from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -89,8 +90,9 @@ class GroupCommit:
     Given ``here``, a second connection opened with a zero busy timeout (the
     store does so for ``synchronous=NORMAL``, where a commit writes to the OS and
     does not fsync), a write that finds no batch queued runs on the caller's
-    thread instead: two thread wake-ups cost more than such a transaction. It
-    never waits there: if the write lock is taken, by the thread's connection or
+    thread instead: two thread wake-ups cost more than such a transaction. Not
+    while other tasks keep the loop busy, though: then the thread's transactions
+    run beside them on another core, and batch. It never waits there: if the write lock is taken, by the thread's connection or
     another process, SQLite says so at once and the write joins the queue, whose
     connection waits with its busy handler. WAL checkpoints, which do fsync, are
     taken off automatic on both connections and run on the thread every
@@ -98,6 +100,7 @@ class GroupCommit:
     """
 
     CHECKPOINT_EVERY = 250  # writes; a few pages each, about SQLite's default of 1000 pages
+    BUSY_LOOP = 0.0002  # seconds other tasks ran while an inline writer yielded: the loop is busy
 
     def __init__(self, conn: aiosqlite.Connection, now: Callable[[], int], *,
                  here: sqlite3.Connection | None = None) -> None:
@@ -110,6 +113,10 @@ class GroupCommit:
         self._job_queued = False
         self._writes_since_checkpoint = 0
         self._checkpoint_queued = False
+        # Set when other tasks keep the loop busy: the thread then writes in parallel
+        # with them (sqlite3 lets go of the GIL) and batches them; cleared when a
+        # batch holds one write again.
+        self._loop_busy = False
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run the read ``fn(connection)`` on the connection's thread and return its result.
@@ -126,7 +133,7 @@ class GroupCommit:
     async def write(self, fn: Callable[[sqlite3.Connection, int], T]) -> T:
         """Run ``fn(db, now)`` in a shared transaction; return once that transaction committed."""
         await anyio.lowlevel.checkpoint_if_cancelled()
-        if self._here is not None and not (self._job_queued or self._checkpoint_queued):
+        if self._here is not None and not (self._loop_busy or self._job_queued or self._checkpoint_queued):
             try:
                 result = self._write_here(self._here, fn)
             except _LockTaken:
@@ -134,7 +141,10 @@ class GroupCommit:
             else:
                 self._count_writes(1)
                 # Committed: a cancellation now is delivered at the caller's next checkpoint.
+                yielded = time.perf_counter()
                 await anyio.lowlevel.cancel_shielded_checkpoint()
+                if time.perf_counter() - yielded > self.BUSY_LOOP:
+                    self._loop_busy = True
                 return result
         reply: _Reply[T] = _Reply()
         with self._lock:
@@ -182,24 +192,31 @@ class GroupCommit:
                 batch, self._queued = self._queued, []
                 if not batch:
                     self._job_queued = False
-                    break
+                    return
             try:
                 self._commit(self._conn._conn, batch)
             except BaseException as exc:  # noqa: BLE001 - nothing may leave a caller waiting forever
                 for _, reply in batch:
                     if not reply.done():
                         reply.call_soon_threadsafe(_deliver, reply, (False, exc))
-            if self._here is not None:
-                self._count_writes(len(batch))
+            if len(batch) == 1:
+                self._loop_busy = False
+            if self._here is not None and self._checkpoint_due(len(batch)):
+                self._checkpoint()  # already on the thread, and inline writes are queuing
 
     def _count_writes(self, count: int) -> None:
+        """After writes made on the caller's thread: queue a checkpoint when one is due."""
+        if self._checkpoint_due(count):
+            self._conn._tx.put_nowait((_Reply(), self._checkpoint))  # type: ignore[arg-type]
+
+    def _checkpoint_due(self, count: int) -> bool:
+        """Count writes; true once per `CHECKPOINT_EVERY` (then inline writes queue until it ran)."""
         with self._lock:
             self._writes_since_checkpoint += count
-            due = self._writes_since_checkpoint >= self.CHECKPOINT_EVERY and not self._checkpoint_queued
-            if due:
-                self._checkpoint_queued = True
-        if due:
-            self._conn._tx.put_nowait((_Reply(), self._checkpoint))  # type: ignore[arg-type]
+            if self._writes_since_checkpoint < self.CHECKPOINT_EVERY or self._checkpoint_queued:
+                return False
+            self._checkpoint_queued = True
+            return True
 
     def _checkpoint(self) -> None:
         """On the connection's thread: copy the WAL into the database (this one fsyncs).

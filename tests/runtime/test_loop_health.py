@@ -157,3 +157,32 @@ async def test_the_wal_stays_bounded(tmp_path: Path, synchronous: str) -> None:
     # The WAL is reused from its start after a checkpoint: its size levels off
     # instead of growing by a round's worth (about 3 MiB) each round.
     assert sizes[-1] < 1.5 * sizes[0], sizes
+
+
+async def test_writes_batched_on_the_thread_checkpoint_there_too(tmp_path: Path) -> None:
+    """Many writers at once: batches on the thread cross the checkpoint interval, and all commit."""
+    path = tmp_path / "batched.db"
+    async with SQLiteStore(path, synchronous="NORMAL") as store:
+        leases = []
+        for i in range(50):
+            started = await store.start_execution(
+                NewExecution(execution_id=f"ex{i}", runner="r", root_path="agent:a"), owner="me", lease_seconds=600
+            )
+            assert started.lease is not None
+            leases.append(started.lease)
+        checkpoints: list[int] = []
+        trace(store, lambda thread, sql: checkpoints.append(thread) if "wal_checkpoint" in sql else None)
+
+        async def writer(lease: Any) -> None:
+            for i in range(20):
+                await store.append(lease, [NewEntry(path="agent:a", label=str(i))])
+
+        # (A write's caller waits for its outcome even when cancelled: a lost
+        # batch job shows up as a hang, which pytest-timeout ends.)
+        async with anyio.create_task_group() as tg:
+            for lease in leases:
+                tg.start_soon(writer, lease)
+        for lease in leases:
+            assert len(await store.read_journal(lease.execution_id)) == 20
+    assert checkpoints, "1,000 writes and no checkpoint"
+    assert threading.get_ident() not in checkpoints
