@@ -207,15 +207,23 @@ def _threadsafe_waker(event: anyio.Event) -> Callable[[], None]:
 
 def threadsafe_caller(fn: Callable[[], object]) -> Callable[[], None]:
     """Return a callable that any thread may call to run ``fn`` soon on the current event loop."""
+    schedule = threadsafe_scheduler()
+
+    def call() -> None:
+        schedule(fn)
+
+    return call
+
+
+def threadsafe_scheduler() -> Callable[[Callable[[], object]], object]:
+    """The current event loop's own ``schedule(fn)``, which any thread may call without blocking.
+
+    Two schedulers of one loop compare equal, so a thread can wake many waiters
+    of a loop with one call.
+    """
     try:
-        host = asyncio.get_running_loop()
+        return asyncio.get_running_loop().call_soon_threadsafe
     except RuntimeError:
         import trio
 
-        token = trio.lowlevel.current_trio_token()
-        return lambda: token.run_sync_soon(fn)
-
-    def call() -> None:
-        host.call_soon_threadsafe(fn)
-
-    return call
+        return trio.lowlevel.current_trio_token().run_sync_soon

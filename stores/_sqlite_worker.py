@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import anyio
 import anyio.lowlevel
 
-from ._bridge import _threadsafe_waker, rearm_cancellation
+from ._bridge import rearm_cancellation, threadsafe_scheduler
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,11 +38,11 @@ T = TypeVar("T")
 class _Reply(Generic[T]):
     """Quacks like the asyncio future aiosqlite's worker completes; wakes one task."""
 
-    __slots__ = ("_done", "_error", "_result", "_wake", "event")
+    __slots__ = ("_done", "_error", "_result", "event", "schedule")
 
     def __init__(self) -> None:
         self.event = anyio.Event()
-        self._wake = _threadsafe_waker(self.event)
+        self.schedule = threadsafe_scheduler()  # the waiting task's loop
         self._done = False
         self._result: Any = None
         self._error: BaseException | None = None
@@ -55,7 +55,7 @@ class _Reply(Generic[T]):
     def call_soon_threadsafe(self, callback: Callable[[_Reply[T], Any], None], _: Any, value: Any) -> None:
         callback(self, value)  # aiosqlite's set_result / set_exception, run right here
         try:
-            self._wake()
+            self.schedule(self.event.set)
         except Exception:  # noqa: BLE001, S110 - the waiting loop is gone; nobody is left to wake
             pass
 
@@ -230,32 +230,62 @@ class GroupCommit:
             self._writes_since_checkpoint = 0
             self._checkpoint_queued = False
 
-    def _commit(self, db: sqlite3.Connection,
-                batch: list[tuple[Callable[[sqlite3.Connection, int], Any], _Reply[Any]]]) -> None:
+    def _commit(self, db: sqlite3.Connection, batch: list[tuple[Callable[[sqlite3.Connection, int], Any], _Reply[Any]]]) -> None:
+        """Commit a batch and tell every caller its outcome, waking each loop once."""
+        writes = [fn for fn, _ in batch]
+        try:
+            outcomes = self._transaction(db, writes, guarded=False)
+        except _WriteFailed:
+            # One write failed: do the batch again with each write in a savepoint of
+            # its own, so that only the failed one is undone. (Failures are rare; the
+            # savepoints would cost two statements per write every time.)
+            outcomes = self._transaction(db, writes, guarded=True)
+        waiting: dict[Callable[[Callable[[], object]], object], list[anyio.Event]] = {}
+        for (_, reply), (ok, value) in zip(batch, outcomes, strict=True):
+            _deliver(reply, (ok, value))
+            waiting.setdefault(reply.schedule, []).append(reply.event)
+        for schedule, events in waiting.items():
+            with contextlib.suppress(Exception):  # that loop is gone; nobody is left to wake
+                schedule(partial(_set_all, events))
+
+    def _transaction(self, db: sqlite3.Connection, writes: list[Callable[[sqlite3.Connection, int], Any]], *,
+                     guarded: bool) -> list[tuple[bool, Any]]:
+        """One transaction for all ``writes``; their outcomes, or `_WriteFailed` (unguarded, several)."""
         outcomes: list[tuple[bool, Any]] = []
         try:
             db.execute("BEGIN IMMEDIATE")
-            alone = len(batch) == 1
-            for fn, _ in batch:
-                if not alone:
+            for fn in writes:
+                if guarded:
                     db.execute("SAVEPOINT tether_write")
                 try:
                     outcomes.append((True, fn(db, self._now())))
-                except Exception as exc:  # this write's own failure: undo it, keep the others
-                    if alone:
+                except Exception as exc:
+                    if not guarded:
+                        if len(writes) > 1:
+                            raise _WriteFailed from exc
                         raise
-                    db.execute("ROLLBACK TO tether_write")
+                    db.execute("ROLLBACK TO tether_write")  # this write's own failure: keep the others
                     outcomes.append((False, exc))
-                if not alone:
+                if guarded:
                     db.execute("RELEASE tether_write")
             db.execute("COMMIT")
-        except BaseException as exc:  # noqa: BLE001 - whatever it was, every caller must hear it
+        except BaseException as exc:  # whatever it was, every caller must hear it
             if db.in_transaction:
                 with contextlib.suppress(sqlite3.Error):  # the connection's own state says the rest
                     db.execute("ROLLBACK")
-            outcomes = [(False, exc)] * len(batch)
-        for (_, reply), (ok, value) in zip(batch, outcomes, strict=True):
-            reply.call_soon_threadsafe(_deliver, reply, (ok, value))
+            if isinstance(exc, _WriteFailed):
+                raise
+            outcomes = [(False, exc)] * len(writes)
+        return outcomes
+
+
+class _WriteFailed(Exception):
+    """A write of an unguarded batch failed; the batch was rolled back, to be run guarded."""
+
+
+def _set_all(events: list[anyio.Event]) -> None:
+    for event in events:
+        event.set()
 
 
 class _LockTaken(Exception):

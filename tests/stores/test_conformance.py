@@ -146,6 +146,28 @@ async def test_concurrent_appends_get_distinct_consecutive_seqs(store: Store) ->
     assert [e.seq for e in await store.read_journal(lease.execution_id)] == list(range(1, 21))
 
 
+async def test_a_fenced_write_among_concurrent_ones_fails_alone(store: Store) -> None:
+    """Writes sharing a commit (SQLite's group commit): one's failure undoes only that one."""
+    lease = await started(store)
+    stale = lease.model_copy(update={"epoch": lease.epoch - 1})
+    seqs: list[int] = []
+    fenced: list[int] = []
+
+    async def writer(i: int) -> None:
+        try:
+            seqs.extend(await store.append(stale if i % 5 == 2 else lease, [entry(f"w{i}")]))
+        except StaleLease:
+            fenced.append(i)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(30):
+            tg.start_soon(writer, i)
+    assert sorted(fenced) == [i for i in range(30) if i % 5 == 2]
+    journal = await store.read_journal(lease.execution_id)
+    assert sorted(e.label for e in journal) == sorted(f"w{i}" for i in range(30) if i % 5 != 2)
+    assert sorted(seqs) == [e.seq for e in journal] == list(range(1, 25))
+
+
 # -- leases and fencing --------------------------------------------------------
 
 
