@@ -246,7 +246,7 @@ class GroupCommit:
             waiting.setdefault(reply.schedule, []).append(reply.event)
         for schedule, events in waiting.items():
             with contextlib.suppress(Exception):  # that loop is gone; nobody is left to wake
-                schedule(partial(_set_all, events))
+                schedule(partial(_wake_in_turns, schedule, events))
 
     def _transaction(self, db: sqlite3.Connection, writes: list[Callable[[sqlite3.Connection, int], Any]], *,
                      guarded: bool) -> list[tuple[bool, Any]]:
@@ -283,9 +283,20 @@ class _WriteFailed(Exception):
     """A write of an unguarded batch failed; the batch was rolled back, to be run guarded."""
 
 
-def _set_all(events: list[anyio.Event]) -> None:
-    for event in events:
+WAKE_PER_TURN = 8
+
+
+def _wake_in_turns(schedule: Callable[[Callable[[], object]], object], events: list[anyio.Event]) -> None:
+    """On the loop: wake a few of a batch's writers, and the rest on the loop's next turns.
+
+    Woken all at once, a hundred writers would each run up to their next write in
+    one turn of the loop, and timers and I/O would wait for all of them. (A
+    callback scheduled from a callback runs on the next turn, in asyncio and trio.)
+    """
+    for event in events[:WAKE_PER_TURN]:
         event.set()
+    if len(events) > WAKE_PER_TURN:
+        schedule(partial(_wake_in_turns, schedule, events[WAKE_PER_TURN:]))
 
 
 class _LockTaken(Exception):

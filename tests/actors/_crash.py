@@ -61,10 +61,12 @@ class Scenario:
 
 
 def make_scenario(child: Path, request: pytest.FixtureRequest, tmp_path: Path, backend: str) -> Scenario:
-    """A scenario on the store ``request.param`` names (``sqlite`` or ``postgres``)."""
-    if request.param == "sqlite":
+    """A scenario on the store ``request.param`` names (``sqlite``, ``sqlite-normal`` or ``postgres``)."""
+    if request.param in ("sqlite", "sqlite-normal"):
         db = tmp_path / "runner.db"
-        return Scenario(child, f"sqlite:///{db}", backend, [], tmp_path / "runs.txt")
+        # At NORMAL, uncontended commits are made on the event loop's thread.
+        query = "?synchronous=NORMAL" if request.param == "sqlite-normal" else ""
+        return Scenario(child, f"sqlite:///{db}{query}", backend, [], tmp_path / "runs.txt")
     dsn, schema = request.getfixturevalue("postgres_dsn"), request.getfixturevalue("pg_schema")
     return Scenario(child, dsn, backend, [schema], tmp_path / "runs.txt")
 

@@ -14,7 +14,7 @@ from ._crash import Scenario, make_scenario
 CHILD = Path(__file__).with_name("_chain_child.py")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "sqlite-normal", "postgres"])
 def scenario(request: pytest.FixtureRequest, tmp_path: Path, anyio_backend: str) -> Scenario:
     return make_scenario(CHILD, request, tmp_path, anyio_backend)
 

@@ -186,3 +186,16 @@ async def test_writes_batched_on_the_thread_checkpoint_there_too(tmp_path: Path)
             assert len(await store.read_journal(lease.execution_id)) == 20
     assert checkpoints, "1,000 writes and no checkpoint"
     assert threading.get_ident() not in checkpoints
+
+
+async def test_a_big_batch_wakes_its_writers_a_few_per_loop_turn() -> None:
+    """So that timers and I/O get a turn between them (the loop lag stays low under load)."""
+    from tether.stores._bridge import threadsafe_scheduler
+    from tether.stores._sqlite_worker import WAKE_PER_TURN, _wake_in_turns
+
+    events = [anyio.Event() for _ in range(3 * WAKE_PER_TURN + 1)]
+    _wake_in_turns(threadsafe_scheduler(), events)
+    assert [e.is_set() for e in events].count(True) == WAKE_PER_TURN
+    with anyio.fail_after(5):
+        await events[-1].wait()  # the rest, on later turns
+    assert all(e.is_set() for e in events)
