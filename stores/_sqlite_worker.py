@@ -92,11 +92,11 @@ class GroupCommit:
     does not fsync), a write that finds no batch queued runs on the caller's
     thread instead: two thread wake-ups cost more than such a transaction. Not
     while other tasks keep the loop busy, though: then the thread's transactions
-    run beside them on another core, and batch. It never waits there: if the write lock is taken, by the thread's connection or
-    another process, SQLite says so at once and the write joins the queue, whose
-    connection waits with its busy handler. WAL checkpoints, which do fsync, are
-    taken off automatic on both connections and run on the thread every
-    `CHECKPOINT_EVERY` writes.
+    run beside them on another core, and batch. It never waits there: if the
+    write lock is taken, by the thread's connection or another process, SQLite
+    says so at once and the write joins the queue, whose connection waits with
+    its busy handler. WAL checkpoints, which do fsync, are taken off automatic
+    on both connections and run on the thread every `CHECKPOINT_EVERY` writes.
     """
 
     CHECKPOINT_EVERY = 250  # writes; a few pages each, about SQLite's default of 1000 pages
