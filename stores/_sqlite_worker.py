@@ -133,7 +133,7 @@ class GroupCommit:
     async def write(self, fn: Callable[[sqlite3.Connection, int], T]) -> T:
         """Run ``fn(db, now)`` in a shared transaction; return once that transaction committed."""
         await anyio.lowlevel.checkpoint_if_cancelled()
-        if self._here is not None and not (self._loop_busy or self._job_queued or self._checkpoint_queued):
+        if self._here is not None and not (self._loop_busy or self._job_queued):
             try:
                 result = self._write_here(self._here, fn)
             except _LockTaken:
@@ -210,7 +210,7 @@ class GroupCommit:
             self._conn._tx.put_nowait((_Reply(), self._checkpoint))  # type: ignore[arg-type]
 
     def _checkpoint_due(self, count: int) -> bool:
-        """Count writes; true once per `CHECKPOINT_EVERY` (then inline writes queue until it ran)."""
+        """Count writes; true once per `CHECKPOINT_EVERY`, and not again before that one ran."""
         with self._lock:
             self._writes_since_checkpoint += count
             if self._writes_since_checkpoint < self.CHECKPOINT_EVERY or self._checkpoint_queued:
@@ -221,11 +221,17 @@ class GroupCommit:
     def _checkpoint(self) -> None:
         """On the connection's thread: copy the WAL into the database (this one fsyncs).
 
-        Writes queue behind it meanwhile: the next writer can start the WAL over
-        only if its transaction begins after the checkpoint has caught up.
+        The bulk is copied while writes go on. The WAL can start over only once a
+        checkpoint has caught up with it, though, so the frames written meanwhile
+        are copied in a second pass, with the caller-side connection held: a
+        write arriving then queues for the thread, for a moment instead of the
+        whole checkpoint.
         """
+        db = self._conn._conn
         with contextlib.suppress(sqlite3.Error):  # busy readers elsewhere: the next one catches up
-            self._conn._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            with self._here_in_use:
+                db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         with self._lock:
             self._writes_since_checkpoint = 0
             self._checkpoint_queued = False
