@@ -297,22 +297,23 @@ class SQLiteStore(DriverStore):
             pause = min(pause * 2, 0.1)
 
     async def _close(self) -> None:
-        group, self._group = self._group, None
-        if group is not None:
-            group.close_here()
+        self._drop_group()
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()
 
     async def _abandon(self) -> None:
-        group, self._group = self._group, None
-        if group is not None:
-            group.close_here()
+        self._drop_group()
         conn, self._conn = self._conn, None
         if conn is not None:
             stopped = conn.stop()  # closes the connection on its own thread
             if stopped is not None:
                 await stopped
+
+    def _drop_group(self) -> None:
+        group, self._group = self._group, None
+        if group is not None:
+            group.close_here()
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the connection's thread (one crossing)."""

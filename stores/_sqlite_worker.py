@@ -177,9 +177,7 @@ class GroupCommit:
                 result = fn(db, self._now())
                 db.execute("COMMIT")
             except BaseException:
-                if db.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):  # the connection's own state says the rest
-                        db.execute("ROLLBACK")
+                _roll_back(db)
                 raise
             return result
         finally:
@@ -276,13 +274,18 @@ class GroupCommit:
                     db.execute("RELEASE tether_write")
             db.execute("COMMIT")
         except BaseException as exc:  # whatever it was, every caller must hear it
-            if db.in_transaction:
-                with contextlib.suppress(sqlite3.Error):  # the connection's own state says the rest
-                    db.execute("ROLLBACK")
+            _roll_back(db)
             if isinstance(exc, _WriteFailed):
                 raise
             outcomes = [(False, exc)] * len(writes)
         return outcomes
+
+
+def _roll_back(db: sqlite3.Connection) -> None:
+    """End a failed transaction, if it is still open."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):  # the connection's own state says the rest
+            db.execute("ROLLBACK")
 
 
 class _WriteFailed(Exception):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
+from tether.actors import Chain
 from tether.runtime.testing import Effects, crash_at
 from tether.stores import Store
 
@@ -54,8 +56,17 @@ def test_it_only_counts_while_open() -> None:
     assert effects._observe not in _faults.effect_observers
 
 
+def side_by_side(name: str, store: Store, start: Any, slow: Any, quick: Any) -> Chain:
+    """``start``, then ``slow`` and ``quick`` at once: a crash in one cuts the other."""
+    chain = Chain(name, store=store)
+    for fn in (start, slow, quick):
+        chain.add_node(fn)
+    chain.add_edge("start", "slow")
+    chain.add_edge("start", "quick")
+    return chain
+
+
 async def test_a_side_effect_running_in_a_parallel_branch_at_the_crash_is_cut(tether_store: Store) -> None:
-    from tether.actors import Chain
     from tether.runtime import idempotent
 
     crash = crash_at("node:quick")
@@ -78,11 +89,7 @@ async def test_a_side_effect_running_in_a_parallel_branch_at_the_crash_is_cut(te
     def start(state: dict[str, object]) -> dict[str, object]:
         return {}
 
-    chain = Chain("parallel", store=tether_store)
-    for fn in (start, slow, quick):
-        chain.add_node(fn)
-    chain.add_edge("start", "slow")
-    chain.add_edge("start", "quick")
+    chain = side_by_side("parallel", tether_store, start, slow, quick)
     with Effects() as effects:
         async with crash:
             await chain.run({}, execution_id="p-1")
@@ -99,7 +106,6 @@ async def test_a_side_effect_running_in_a_parallel_branch_at_the_crash_is_cut(te
 
 async def test_an_async_side_effect_cancelled_by_the_crash_is_cut(tether_store: Store) -> None:
     import anyio
-    from tether.actors import Chain
     from tether.runtime import idempotent
 
     started = anyio.Event()
@@ -120,11 +126,7 @@ async def test_an_async_side_effect_cancelled_by_the_crash_is_cut(tether_store: 
     async def start(state: dict[str, object]) -> dict[str, object]:
         return {}
 
-    chain = Chain("cancelled", store=tether_store)
-    for fn in (start, slow, quick):
-        chain.add_node(fn)
-    chain.add_edge("start", "slow")
-    chain.add_edge("start", "quick")
+    chain = side_by_side("cancelled", tether_store, start, slow, quick)
     with Effects() as effects:
         async with crash_at("node:quick") as point:
             await chain.run({}, execution_id="c-1")
