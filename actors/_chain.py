@@ -39,7 +39,7 @@ NodeFn = Callable[[Any], Any]
 """A node: a sync or async function of the state returning a dict of updates (or None)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # each edge is its own: counted and compared by identity
 class _Edge:
     src: str
     dst: str
@@ -83,6 +83,7 @@ class Chain(Runner):
         self.lease_seconds = lease_seconds
         self._entry = entry
         self._nodes: dict[str, NodeFn] = {}
+        self._async: dict[str, bool] = {}  # per node: called on the loop, or in a worker thread
         self._edges: list[_Edge] = []
         previous = None
         for fn in nodes:
@@ -101,6 +102,7 @@ class Chain(Runner):
                 f"and free of '/'. Pass name= to add the same function twice."
             )
         self._nodes[node] = fn
+        self._async[node] = inspect.iscoroutinefunction(fn)
         return node
 
     def add_edge(
@@ -139,32 +141,35 @@ class Chain(Runner):
         """Refuse a graph whose cycles are unbounded; `run` calls it."""
         if self.entry not in self._nodes:
             raise ConfigurationError(f"Chain {self.name!r}: entry {self.entry!r} is not a node.")
-        bounded = {e for e in self._edges if e.max_iterations is not None}
-        unbounded = [e for e in self._edges if e not in bounded]
-        # A cycle made only of unbounded edges would run forever.
-        graph: dict[str, list[str]] = {}
-        for edge in unbounded:
-            graph.setdefault(edge.src, []).append(edge.dst)
-        visiting: set[str] = set()
+        # A cycle made only of unbounded edges would run forever. Depth first, without
+        # recursion (a line of thousands of nodes is a deep walk).
+        graph: dict[str, list[str]] = {node: [] for node in self._nodes}
+        for edge in self._edges:
+            if edge.max_iterations is None:
+                graph[edge.src].append(edge.dst)
         done: set[str] = set()
-
-        def visit(node: str, trail: list[str]) -> None:
-            if node in visiting:
-                cycle = " -> ".join([*trail[trail.index(node):], node])
-                raise ConfigurationError(
-                    f"Chain {self.name!r} has a cycle without a bound: {cycle}. Give the edge that "
-                    f"closes it max_iterations (add_edge(src, dst, max_iterations=3))."
-                )
-            if node in done:
-                return
-            visiting.add(node)
-            for nxt in graph.get(node, []):
-                visit(nxt, [*trail, node])
-            visiting.discard(node)
-            done.add(node)
-
-        for node in self._nodes:
-            visit(node, [])
+        for start in self._nodes:
+            if start in done:
+                continue
+            trail = [start]  # the path being walked; on it, every node is still open
+            on_trail = {start}
+            pending = [iter(graph[start])]
+            while pending:
+                nxt = next(pending[-1], None)
+                if nxt is None:
+                    pending.pop()
+                    on_trail.discard(node := trail.pop())
+                    done.add(node)
+                elif nxt in on_trail:
+                    cycle = " -> ".join([*trail[trail.index(nxt):], nxt])
+                    raise ConfigurationError(
+                        f"Chain {self.name!r} has a cycle without a bound: {cycle}. Give the edge that "
+                        f"closes it max_iterations (add_edge(src, dst, max_iterations=3))."
+                    )
+                elif nxt not in done:
+                    trail.append(nxt)
+                    on_trail.add(nxt)
+                    pending.append(iter(graph[nxt]))
 
     def _input(self, input: Any) -> JsonValue:
         data = input.model_dump(mode="json") if isinstance(input, BaseModel) else input
@@ -245,7 +250,8 @@ class _ChainActor(Actor[BaseModel]):
             # would only suspend, or fail, one resume later.
             try:
                 with call_scope(f"node:{node}"):
-                    results[node] = await self.context.step(f"node:{node}", self._call, node, dict(state))
+                    # The state stays as it is until the round ends; the node gets its own copy.
+                    results[node] = await self.context.step(f"node:{node}", self._call, node, state)
             except Exception as exc:  # noqa: BLE001 - every failure is re-raised in the group below
                 failures.append(exc)
 
@@ -266,7 +272,7 @@ class _ChainActor(Actor[BaseModel]):
     async def _call(self, node: str, state: dict[str, Any]) -> Any:
         fn = self.chain._nodes[node]
         view = self._view(state)
-        if inspect.iscoroutinefunction(fn):
+        if self.chain._async[node]:
             update = await fn(view)
         else:
             update = await anyio.to_thread.run_sync(fn, view)

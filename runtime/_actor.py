@@ -6,13 +6,12 @@ import inspect
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, get_args, get_origin
 
 import anyio.to_thread
-from pydantic import BaseModel, TypeAdapter
-from tether.stores import ConfigurationError, UsageError
+from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+from tether.stores import ConfigurationError, SerializationError, UsageError
 
 from ._idempotent import current_step
 from ._supervision_types import RestartPolicy, SupervisionStrategy
-
-_JSON: TypeAdapter[Any] = TypeAdapter(Any)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -129,7 +128,13 @@ class ActorContext:
             result = await fn(*args)
         else:
             result = await anyio.to_thread.run_sync(fn, *args)
-        result = _JSON.dump_python(result, mode="json")
+        try:
+            result = to_jsonable_python(result)
+        except PydanticSerializationError as exc:
+            raise SerializationError(
+                f"Step {label!r} of {self.path!r} returned {type(result).__name__}, which cannot be "
+                f"journaled ({exc}). Return JSON data or a pydantic model."
+            ) from exc
         await step.journal.record_step(step.inbox_seq, label, key, result)
         return result
 

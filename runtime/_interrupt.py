@@ -10,7 +10,6 @@ from its start with the value in scope for that one call; a later, different
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,7 +20,6 @@ from tether.stores import ConfigurationError, UsageError
 from . import _clock
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from datetime import datetime, timedelta
 
 
@@ -104,31 +102,37 @@ current_call: ContextVar[CallScope | None] = ContextVar("tether_call", default=N
 _segment: ContextVar[str | None] = ContextVar("tether_segment", default=None)
 
 
-@contextmanager
-def call_scope(segment: str) -> Iterator[str]:
+class call_scope:  # lower case: used like a function, ``with call_scope("tool:x") as name:``
     """Name the call running inside, as a path segment (``tool:approve_refund``).
 
     Calls with the same segment in one message are numbered in the order they
     open (``tool:x``, ``tool:x#2``, ...), so each pending interrupt stays
     addressable. That order is only stable for calls made one after another:
     give calls that run at the same time names of their own (the tool call's
-    index, say, ``tool:x[2]``), or a re-run may number them differently. Yields
-    the full segment.
+    index, say, ``tool:x[2]``), or a re-run may number them differently. The
+    ``with`` statement gets the full segment.
     """
-    outer = _segment.get()
-    base = f"{outer}/{segment}" if outer else segment
-    scope = current_call.get()
-    if scope is not None:
-        count = scope.opened.get(base, 0) + 1
-        scope.opened[base] = count
-        name = base if count == 1 else f"{base}#{count}"
-    else:
-        name = base
-    token = _segment.set(name)
-    try:
-        yield name
-    finally:
-        _segment.reset(token)
+
+    __slots__ = ("_segment", "_token")
+
+    def __init__(self, segment: str) -> None:
+        self._segment = segment
+
+    def __enter__(self) -> str:
+        outer = _segment.get()
+        base = f"{outer}/{self._segment}" if outer else self._segment
+        scope = current_call.get()
+        if scope is not None:
+            count = scope.opened.get(base, 0) + 1
+            scope.opened[base] = count
+            name = base if count == 1 else f"{base}#{count}"
+        else:
+            name = base
+        self._token = _segment.set(name)
+        return name
+
+    def __exit__(self, *exc_info: object) -> None:
+        _segment.reset(self._token)
 
 
 def current_segment() -> str | None:

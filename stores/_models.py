@@ -1,7 +1,7 @@
 """The rows a store reads and writes, as pydantic models.
 
-Payloads are JSON values (`JsonValue`): the store serializes them itself, so a
-value that is not JSON is refused before anything is written.
+Payloads are JSON values (`Json`): the store serializes them itself, so a value
+that is not JSON is refused (`SerializationError`) before anything is written.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, SkipValidation
 
 
 def _plain_text(value: str) -> str:
@@ -22,6 +22,17 @@ def _plain_text(value: str) -> str:
         raise ValueError(f"must be valid Unicode text ({exc.reason} at position {exc.start})") from None
     return value
 
+
+Json = Annotated[JsonValue, SkipValidation]
+"""A JSON value (dicts, lists, str, int, float, bool, None), typed but not walked.
+
+Validating every value of a payload goes through a Python callback per value
+(about 60 us for an agent turn's messages). The store encodes each value anyway,
+before its transaction, and refuses what is not JSON with `SerializationError`;
+read back, a value is freshly parsed JSON. So checking it here again buys nothing.
+A store of your own must encode the same way (``tether.stores`` conformance tests
+check it).
+"""
 
 Text = Annotated[str, AfterValidator(_plain_text)]
 """A string that every store keeps exactly: ids, paths, labels, reasons."""
@@ -52,7 +63,7 @@ class NewExecution(_Row):
     runner: Text = Field(min_length=1, description="Name of the runner (root actor) that runs it.")
     root_path: Text = Field(min_length=1, description="Path of the root actor, e.g. 'chain:refund'.")
     fingerprint: Text = Field(default="", description="Hash of the runner's definition.")
-    input: JsonValue = None
+    input: Json = None
 
 
 class Execution(_Row):
@@ -63,8 +74,8 @@ class Execution(_Row):
     root_path: str
     fingerprint: str
     status: ExecutionStatus
-    input: JsonValue
-    result: JsonValue = None
+    input: Json
+    result: Json = None
     error: str | None = None
     lease_owner: str | None = None
     lease_expires_at: datetime | None = None
@@ -108,7 +119,7 @@ class NewEntry(_Row):
     path: Text
     label: Text
     kind: EntryKind = "entry"
-    payload: JsonValue = None
+    payload: Json = None
 
 
 class JournalEntry(_Row):
@@ -119,7 +130,7 @@ class JournalEntry(_Row):
     path: str
     label: str
     kind: EntryKind
-    payload: JsonValue
+    payload: Json
     created_at: datetime
 
 
@@ -128,10 +139,10 @@ class NewInterrupt(_Row):
 
     path: Text = Field(min_length=1)
     reason: Text
-    context: JsonValue = None
+    context: Json = None
     deadline: datetime | None = None
     """When no decision arrived by then, a worker claims it with ``default``."""
-    default: JsonValue = None
+    default: Json = None
 
 
 class PendingInterrupt(_Row):
@@ -144,12 +155,12 @@ class PendingInterrupt(_Row):
     execution_id: str
     agent_path: str
     reason: str
-    context: JsonValue
+    context: Json
     seq: int = Field(description="Sequence number of the 'suspended' journal entry.")
     created_at: datetime
     deadline: datetime | None = None
     """When a worker decides it with ``default`` if nobody has (None: no deadline)."""
-    default: JsonValue = None
+    default: Json = None
 
 
 class IdempotencyRecord(_Row):
@@ -157,5 +168,5 @@ class IdempotencyRecord(_Row):
 
     execution_id: str
     key: str
-    value: JsonValue
+    value: Json
     created_at: datetime

@@ -13,7 +13,6 @@ import asyncio
 import os
 import sqlite3
 import time
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -54,10 +53,12 @@ from ._protocol import SCHEMA_VERSION, check_limit
 from ._sqlite_worker import GroupCommit
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Sequence
 
     import aiosqlite
     from pydantic import JsonValue
+
+    from ._bridge import DriverLoop
 
 
 T = TypeVar("T")
@@ -136,30 +137,40 @@ def _read_only(path: str) -> bool:
     return target.exists() and not os.access(target, os.W_OK)
 
 
-@contextmanager
-def _map_errors(path: str) -> Iterator[None]:
-    """Translate sqlite3 errors into tether's, at the store boundary."""
-    try:
-        yield
-    except StoreError:
-        raise
-    except sqlite3.OperationalError as exc:
-        text = str(exc)
-        if "locked" in text or "busy" in text:
-            hint = "another process held the write lock past busy_timeout; retry, or raise busy_timeout"
-        elif "readonly" in text or _read_only(path):
-            hint = (
-                "the file or its directory is read-only (its mode or its mount); "
-                "make it writable, then retry: nothing was written"
-            )
-        elif "full" in text:
-            hint = "the disk is full; free space, then retry: nothing was written"
-        elif "unable to open" in text:
-            hint = "check that the directory exists and is writable"
-        else:
-            hint = "check the file and its directory"
-        raise StoreUnavailable(f"SQLite store {path!r} failed: {text} ({hint}).") from exc
-    except sqlite3.DatabaseError as exc:
+class _map_errors:
+    """Translate sqlite3 errors into tether's, at the store boundary (``with _map_errors(path):``).
+
+    A class rather than a generator: it wraps every operation.
+    """
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc is None or isinstance(exc, StoreError) or not isinstance(exc, sqlite3.DatabaseError):
+            return
+        path = self.path
+        if isinstance(exc, sqlite3.OperationalError):
+            text = str(exc)
+            if "locked" in text or "busy" in text:
+                hint = "another process held the write lock past busy_timeout; retry, or raise busy_timeout"
+            elif "readonly" in text or _read_only(path):
+                hint = (
+                    "the file or its directory is read-only (its mode or its mount); "
+                    "make it writable, then retry: nothing was written"
+                )
+            elif "full" in text:
+                hint = "the disk is full; free space, then retry: nothing was written"
+            elif "unable to open" in text:
+                hint = "check that the directory exists and is writable"
+            else:
+                hint = "check the file and its directory"
+            raise StoreUnavailable(f"SQLite store {path!r} failed: {text} ({hint}).") from exc
         raise StoreCorrupted(
             f"{path!r} is not a usable SQLite database ({exc}). Restore it from a backup, "
             f"or point the store at another file."
@@ -325,18 +336,17 @@ class SQLiteStore(DriverStore):
             # whole transaction in one crossing needs its queue method.
             return await conn._execute(fn, conn._conn)  # type: ignore[no-untyped-call, no-any-return]
 
-    async def _opened(self) -> tuple[aiosqlite.Connection, GroupCommit]:
-        """The connection and its writer, checked to belong to the caller's event loop."""
-        loop = self._driver_loop or await self._loop()
+    def _writer(self, loop: DriverLoop) -> GroupCommit:
+        """The connection's reader and writer, checked to belong to the caller's event loop."""
         if not loop.reachable():
             raise other_loop_error()
-        if self._conn is None or self._group is None:  # pragma: no cover - guarded by DriverStore
+        if self._group is None:  # pragma: no cover - guarded by DriverStore
             raise StoreUnavailable(f"{self!r} is not open")
-        return self._conn, self._group
+        return self._group
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the connection's thread straight from the caller's loop."""
-        _, group = await self._opened()
+        group = self._writer(self._driver_loop or await self._loop())
         with _map_errors(self.path):
             return await self._counted(group.read(fn))
 
@@ -346,7 +356,7 @@ class SQLiteStore(DriverStore):
         Once queued, the function runs to COMMIT or ROLLBACK on its thread; a
         cancelled caller waits for that outcome rather than guess it.
         """
-        _, group = await self._opened()
+        group = self._writer(self._driver_loop or await self._loop())
         with _map_errors(self.path):
             return await self._counted(group.write(fn))
 

@@ -112,6 +112,30 @@ async def test_an_unbounded_cycle_is_refused_before_running(store: Store) -> Non
     assert await store.get_execution("forever") is None
 
 
+def test_an_unbounded_cycle_is_named_wherever_it_is() -> None:
+    chain = Chain("deep", [node("a"), node("b"), node("c"), node("d"), node("e")])
+    chain.add_edge("e", "a", max_iterations=2)  # bounded: allowed
+    chain.add_edge("d", "b")  # unbounded: b -> c -> d -> b
+    with pytest.raises(ConfigurationError, match=r"without a bound: b -> c -> d -> b\."):
+        chain.check()
+
+
+async def test_a_line_of_thousands_of_nodes_runs() -> None:
+    from tether.stores import MemoryStore
+
+    def step(k: int) -> Any:
+        async def fn(state: dict[str, Any]) -> dict[str, Any]:
+            return {"count": state.get("count", 0) + 1}
+
+        fn.__name__ = f"n{k}"
+        return fn
+
+    chain = Chain("long", [step(k) for k in range(3000)], store=MemoryStore())
+    done = await chain.run({}, execution_id="long")
+    assert done.status == "completed"
+    assert done.output == {"count": 3000}
+
+
 class Refund(BaseModel):
     amount: int
     approved: bool = False

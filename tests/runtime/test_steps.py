@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 from tether.runtime import Actor, ActorCrashed, Runtime, Start
-from tether.stores import Store, UsageError
+from tether.stores import SerializationError, Store, UsageError
 
 RAN: list[str] = []
 
@@ -81,3 +81,25 @@ async def test_a_step_needs_a_durable_actor() -> None:
         with pytest.raises(ActorCrashed) as info:
             await ref.ask("go")
         assert isinstance(info.value.__cause__, UsageError)
+
+
+async def test_a_step_result_that_is_not_json_is_refused_and_records_nothing(store: Store) -> None:
+    async def opaque() -> object:
+        return object()
+
+    class Opaque(Actor[BaseModel]):
+        kind = "flow"
+
+        async def receive(self, message: Start) -> Any:
+            if message.input == "bad":
+                return await self.context.step("node:opaque", opaque)
+            return await self.context.step("node:fine", charge, 1)
+
+    async with Runtime(store) as rt:
+        ref = await rt.spawn(Opaque, "o", durable=True, restart="temporary")
+        with pytest.raises(ActorCrashed) as info:
+            await ref.ask(Start(input="bad"))
+        assert isinstance(info.value.__cause__, SerializationError)
+        assert "node:opaque" in str(info.value.__cause__)
+        assert "Return JSON data or a pydantic model" in str(info.value.__cause__)
+    assert not [e for e in await store.read_journal("flow:o") if e.label == "node:opaque"]
