@@ -77,19 +77,40 @@ class Fleet:
     def executions(self) -> list[Execution]:
         return self.store(lambda store: store.list_executions(limit=10_000))  # type: ignore[no-any-return]
 
-    def wait(self, condition: Callable[[list[Execution]], bool], what: str, timeout: float = 120) -> list[Execution]:
-        """Look at the executions each time one changes, until ``condition`` holds."""
+    async def _connect(self) -> asyncpg.Connection:
+        """A plain asyncpg connection to the fleet's schema."""
         parts = urlsplit(self.url)
         query = parse_qs(parts.query)
         schema = query.pop("schema", [None])[-1]
         dsn = urlunsplit(parts._replace(query=urlencode(query, doseq=True)))
+        return await asyncpg.connect(dsn, server_settings={"search_path": schema} if schema else {})
+
+    def watch(self) -> None:
+        """Create the store's tables and the test's trigger, before any worker runs.
+
+        Once only: DDL waits for every lock on the table, and a worker frozen between
+        two protocol messages (SIGSTOP) holds one until it runs again; every session
+        would then queue behind the DDL.
+        """
+        self.store(lambda store: store.count_pending())
+
+        async def main() -> None:
+            conn = await self._connect()
+            try:
+                await conn.execute(WATCH)
+            finally:
+                await conn.close()
+
+        anyio.run(main)
+
+    def wait(self, condition: Callable[[list[Execution]], bool], what: str, timeout: float = 120) -> list[Execution]:
+        """Look at the executions each time one changes, until ``condition`` holds."""
 
         async def main() -> list[Execution]:
             changed = [anyio.Event()]
-            listener = await asyncpg.connect(dsn, server_settings={"search_path": schema} if schema else {})
+            listener = await self._connect()
             rows: list[Execution] = []
             try:
-                await listener.execute(WATCH)
                 await listener.add_listener(CHANGED, lambda *_: changed[-1].set())
                 async with open_store(self.url) as store:
                     with anyio.move_on_after(timeout):
@@ -124,6 +145,7 @@ class Fleet:
 @pytest.fixture(params=["asyncio", "trio"])
 def fleet(request: pytest.FixtureRequest, postgres_dsn: str, pg_schema: str, tmp_path: Path) -> Iterator[Fleet]:
     running = Fleet(f"{postgres_dsn}?schema={pg_schema}", tmp_path / "effects.db", request.param)
+    running.watch()
     try:
         yield running
     finally:
@@ -255,6 +277,7 @@ def test_postgres_restarted_under_the_workers(private_postgres: tuple[str, Calla
                                               tmp_path: Path) -> None:
     url, restart = private_postgres
     fleet = Fleet(url, tmp_path / "effects.db", backend)
+    fleet.watch()
     ids = [f"r-{n:02d}" for n in range(16)]
     try:
         async def enqueue(store: Any) -> None:
