@@ -68,6 +68,13 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         "ALTER TABLE tether_pending ADD COLUMN default_value TEXT",
         "CREATE INDEX tether_pending_due ON tether_pending (deadline) WHERE deadline IS NOT NULL",
     ],
+    [
+        # Version 3: a journal entry's number comes from the journal (max(seq) + 1, under
+        # the file's write lock), so a boundary no longer rewrites its execution's row.
+        # Dropping the counter makes a tether that still used it refuse this file
+        # (SchemaVersionError) instead of numbering entries from a stale count.
+        "ALTER TABLE tether_executions DROP COLUMN next_seq",
+    ],
 ]
 
 POSTGRES_MIGRATIONS: list[list[str]] = [
@@ -137,5 +144,9 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
         END $$""",
         """CREATE TRIGGER tether_work AFTER INSERT OR UPDATE OF wake_at ON tether_executions
         FOR EACH ROW WHEN (NEW.wake_at IS NOT NULL) EXECUTE FUNCTION tether_notify_work()""",
+    ],
+    [
+        # Version 3 changed how SQLite numbers journal entries. Postgres keeps its counter:
+        # the fence's row lock is what orders concurrent transactions there.
     ],
 ]

@@ -361,22 +361,35 @@ class SQLiteStore(DriverStore):
             return await self._counted(group.write(fn))
 
     @staticmethod
-    def _fence(db: sqlite3.Connection, lease: Lease, now: int, count: int, extra: str = "",
-               params: Sequence[Any] = ()) -> int:
-        """Reserve ``count`` sequence numbers under the lease; return the first."""
+    def _fence(db: sqlite3.Connection, lease: Lease, changes: str = "", params: Sequence[Any] = ()) -> None:
+        """Refuse a write whose lease was taken over; ``changes`` updates the execution's row too."""
+        held = "WHERE id = ? AND lease_epoch = ? AND lease_owner = ?"
+        fence = (lease.execution_id, lease.epoch, lease.owner)
+        if changes:
+            row = db.execute(f"UPDATE tether_executions SET {changes} {held} RETURNING 1", (*params, *fence))
+        else:
+            row = db.execute(f"SELECT 1 FROM tether_executions {held}", fence)
+        if row.fetchone() is None:
+            raise SQLiteStore._fence_error(db, lease)
+
+    @staticmethod
+    def _fence_error(db: sqlite3.Connection, lease: Lease) -> StoreError:
+        """Why a fenced write found no row: the execution is gone, or its lease is someone else's."""
+        if db.execute("SELECT 1 FROM tether_executions WHERE id = ?", (lease.execution_id,)).fetchone() is None:
+            return ExecutionNotFound(lease.execution_id)
+        return StaleLease(lease.execution_id, lease.epoch)
+
+    @staticmethod
+    def _next_seq(db: sqlite3.Connection, execution_id: str) -> int:
+        """The next sequence number of an execution's journal, from the journal itself.
+
+        Every write transaction holds the file's write lock (``BEGIN IMMEDIATE``), so no
+        other writer can take the same number; the primary key answers in one lookup.
+        """
         row = db.execute(
-            f"UPDATE tether_executions SET next_seq = next_seq + ?{extra} "
-            "WHERE id = ? AND lease_epoch = ? AND lease_owner = ? RETURNING next_seq",
-            (count, *params, lease.execution_id, lease.epoch, lease.owner),
+            "SELECT coalesce(max(seq), 0) + 1 FROM tether_journal WHERE execution_id = ?", (execution_id,)
         ).fetchone()
-        if row is None:
-            exists = db.execute(
-                "SELECT 1 FROM tether_executions WHERE id = ?", (lease.execution_id,)
-            ).fetchone()
-            if exists is None:
-                raise ExecutionNotFound(lease.execution_id)
-            raise StaleLease(lease.execution_id, lease.epoch)
-        return int(row[0]) - count
+        return int(row[0])
 
     @staticmethod
     def _insert_entries(
@@ -400,8 +413,8 @@ class SQLiteStore(DriverStore):
 
         def fn(db: sqlite3.Connection, now: int) -> StartResult:
             row = db.execute(
-                f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
-                "VALUES (?, ?, ?, ?, 'running', ?, NULL, NULL, ?, ?, 1, ?, ?, NULL, 1) "
+                f"INSERT INTO tether_executions ({_EXEC_COLS}) "
+                "VALUES (?, ?, ?, ?, 'running', ?, NULL, NULL, ?, ?, 1, ?, ?, NULL) "
                 f"ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
                 (new.execution_id, new.runner, new.root_path, new.fingerprint, input_json,
                  owner, now + _span(lease_seconds), now, now),
@@ -423,8 +436,8 @@ class SQLiteStore(DriverStore):
 
         def fn(db: sqlite3.Connection, now: int) -> StartResult:
             row = db.execute(
-                f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
-                "VALUES (?, ?, ?, ?, 'queued', ?, NULL, NULL, NULL, NULL, 0, ?, ?, ?, 1) "
+                f"INSERT INTO tether_executions ({_EXEC_COLS}) "
+                "VALUES (?, ?, ?, ?, 'queued', ?, NULL, NULL, NULL, NULL, 0, ?, ?, ?) "
                 f"ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
                 (new.execution_id, new.runner, new.root_path, new.fingerprint, input_json, now, now, now),
             ).fetchone()
@@ -528,7 +541,7 @@ class SQLiteStore(DriverStore):
                 (now + _span(lease_seconds), lease.execution_id, lease.epoch, lease.owner),
             ).fetchone()
             if row is None:
-                self._fence(db, lease, now, 0)  # raises ExecutionNotFound or StaleLease
+                raise self._fence_error(db, lease)
             return lease.model_copy(update={"expires_at": _ts(row[0])})
 
         return await self._write(fn)
@@ -549,16 +562,18 @@ class SQLiteStore(DriverStore):
         wake = None if final or wake_at is None else _us(wake_at)
 
         def fn(db: sqlite3.Connection, now: int) -> list[int]:
-            first = self._fence(
-                db, lease, now, len(rows),
-                ", lease_owner = NULL, lease_expires_at = NULL, status = coalesce(?, status), "
+            self._fence(
+                db, lease,
+                "lease_owner = NULL, lease_expires_at = NULL, status = coalesce(?, status), "
                 "result = CASE WHEN ? THEN ? ELSE result END, "
                 "error = CASE WHEN ? THEN ? ELSE error END, updated_at = ?, wake_at = ?",
                 (status, final, result_json, final, error, now, wake),
             )
             if final:
                 db.execute("DELETE FROM tether_pending WHERE execution_id = ?", (lease.execution_id,))
-            return self._insert_entries(db, lease.execution_id, first, rows, now)
+            if not rows:
+                return []
+            return self._insert_entries(db, lease.execution_id, self._next_seq(db, lease.execution_id), rows, now)
 
         return await self._write(fn)
 
@@ -570,7 +585,20 @@ class SQLiteStore(DriverStore):
             return []
 
         def fn(db: sqlite3.Connection, now: int) -> list[int]:
-            first = self._fence(db, lease, now, len(rows))
+            if len(rows) == 1:
+                # A boundary's one entry: fence, number and insert in one statement.
+                row = db.execute(
+                    "INSERT INTO tether_journal (execution_id, seq, path, label, kind, payload, created_at) "
+                    "SELECT e.id, (SELECT coalesce(max(j.seq), 0) + 1 FROM tether_journal j "
+                    "WHERE j.execution_id = e.id), ?, ?, ?, ?, ? FROM tether_executions e "
+                    "WHERE e.id = ? AND e.lease_epoch = ? AND e.lease_owner = ? RETURNING seq",
+                    (*rows[0], now, lease.execution_id, lease.epoch, lease.owner),
+                ).fetchone()
+                if row is None:
+                    raise self._fence_error(db, lease)
+                return [int(row[0])]
+            self._fence(db, lease)
+            first = self._next_seq(db, lease.execution_id)
             return self._insert_entries(db, lease.execution_id, first, rows, now)
 
         return await self._write(fn)
@@ -602,7 +630,8 @@ class SQLiteStore(DriverStore):
         deadline = None if interrupt.deadline is None else _us(interrupt.deadline)
 
         def fn(db: sqlite3.Connection, now: int) -> PendingInterrupt:
-            first = self._fence(db, lease, now, len(rows))
+            self._fence(db, lease)
+            first = self._next_seq(db, lease.execution_id)
             seqs = self._insert_entries(db, lease.execution_id, first, rows, now)
             seq = seqs[-1] if seqs else first - 1
             try:
@@ -658,13 +687,10 @@ class SQLiteStore(DriverStore):
             if by is not None:
                 payload["by"] = by
             payload_json = _json.dumps(payload, what="the resume value")
-            next_seq = db.execute(
-                "UPDATE tether_executions SET next_seq = next_seq + 1, wake_at = ? WHERE id = ? RETURNING next_seq",
-                (now, execution_id),
-            ).fetchone()[0]
-            self._insert_entries(db, execution_id, next_seq - 1,
-                                 [(target, "resumed", "resumed", payload_json)], now)
-            return JournalEntry(execution_id=execution_id, seq=next_seq - 1, path=target,
+            db.execute("UPDATE tether_executions SET wake_at = ? WHERE id = ?", (now, execution_id))
+            [resumed_seq] = self._insert_entries(db, execution_id, self._next_seq(db, execution_id),
+                                                 [(target, "resumed", "resumed", payload_json)], now)
+            return JournalEntry(execution_id=execution_id, seq=resumed_seq, path=target,
                                 label="resumed", kind="resumed", payload=payload,
                                 created_at=_ts(now))
 
@@ -724,7 +750,7 @@ class SQLiteStore(DriverStore):
         value_json = _json.dumps(value, what=f"the result recorded for {key!r}")
 
         def fn(db: sqlite3.Connection, now: int) -> IdempotencyRecord:
-            self._fence(db, lease, now, 0)
+            self._fence(db, lease)
             db.execute(
                 "INSERT INTO tether_idempotency (execution_id, key, value, created_at) "
                 "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import sqlite3
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
-from tether.stores import SCHEMA_VERSION, PostgresStore, SQLiteStore, Store
+import pytest
+from tether.stores import SCHEMA_VERSION, Lease, NewEntry, PostgresStore, SQLiteStore, StaleLease, Store
 from tether.stores._migrations import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
 
 from tests._postgres import admin_script, admin_sql
@@ -61,7 +64,35 @@ async def test_a_version_1_sqlite_database_is_upgraded_in_place(tmp_path: Path) 
         assert execution is not None
         assert (execution.status, execution.wake_at) == ("paused", None)
     with sqlite3.connect(path) as db:
-        assert [r[0] for r in db.execute("SELECT version FROM tether_schema ORDER BY version")] == [1, 2]
+        versions = [r[0] for r in db.execute("SELECT version FROM tether_schema ORDER BY version")]
+    assert versions == list(range(1, SCHEMA_VERSION + 1))
+
+
+async def test_a_run_in_progress_keeps_its_numbering_across_the_sqlite_upgrade_to_3(tmp_path: Path) -> None:
+    # Version 2 counted entries in tether_executions.next_seq; version 3 numbers them from
+    # the journal. A run leased before the upgrade continues after the last entry it wrote.
+    path = tmp_path / "v2.db"
+    expires = (time.time_ns() // 1000) + 3_600_000_000
+    with sqlite3.connect(path) as db:
+        for version in (0, 1, 2):
+            for statement in SQLITE_MIGRATIONS[version]:
+                db.execute(statement)
+        db.executemany("INSERT INTO tether_schema (version, applied_at) VALUES (?, 0)", [(1,), (2,)])
+        db.execute("INSERT INTO tether_executions (id, runner, root_path, fingerprint, status, input, lease_owner, "
+                   "lease_expires_at, lease_epoch, next_seq, created_at, updated_at) "
+                   "VALUES ('old', 'r', 'chain:r', '', 'running', 'null', 'me', ?, 1, 4, 0, 0)", (expires,))
+        db.executemany("INSERT INTO tether_journal (execution_id, seq, path, label, kind, payload, created_at) "
+                       "VALUES ('old', ?, 'chain:r', ?, 'entry', '{}', 0)", [(i, f"node:n{i}") for i in (1, 2, 3)])
+    async with SQLiteStore(path) as store:
+        lease = Lease(execution_id="old", owner="me", epoch=1, expires_at=datetime.now(UTC) + timedelta(hours=1))
+        assert await store.append(lease, [NewEntry(path="chain:r", label="node:n4")]) == [4]
+        assert await store.append(lease, [NewEntry(path="chain:r", label=f"x{i}") for i in (5, 6)]) == [5, 6]
+        assert [e.seq for e in await store.read_journal("old")] == [1, 2, 3, 4, 5, 6]
+        with pytest.raises(StaleLease):
+            await store.append(lease.model_copy(update={"epoch": 0}), [NewEntry(path="chain:r", label="late")])
+    with sqlite3.connect(path) as db:
+        columns = [row[1] for row in db.execute("PRAGMA table_info(tether_executions)")]
+    assert "next_seq" not in columns
 
 
 async def test_a_version_1_postgres_schema_is_upgraded_in_place(postgres_dsn: str, pg_schema: str) -> None:
@@ -79,4 +110,4 @@ async def test_a_version_1_postgres_schema_is_upgraded_in_place(postgres_dsn: st
     rows = await anyio.to_thread.run_sync(
         admin_sql, postgres_dsn, f"SELECT version FROM {pg_schema}.tether_schema ORDER BY version"
     )
-    assert [row[0] for row in rows] == [1, 2]
+    assert [row[0] for row in rows] == list(range(1, SCHEMA_VERSION + 1))
