@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
-from pydantic import BaseModel, ConfigDict, JsonValue
-from tether.stores import ExecutionStatus, PendingInterrupt
+from pydantic import BaseModel, ConfigDict
+from tether.stores import ExecutionStatus, Json, PendingInterrupt
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 class Start(BaseModel):
     """The first message of every execution's root actor: the caller's input."""
 
-    input: JsonValue = None
+    input: Json = None
 
 
 class RunResult(BaseModel):
@@ -28,7 +28,7 @@ class RunResult(BaseModel):
 
     execution_id: str
     status: ExecutionStatus
-    output: JsonValue = None
+    output: Json = None
     pending_interrupt: PendingInterrupt | None = None
     """The oldest pending interrupt of a paused execution (`pending` has all of them)."""
     pending: list[PendingInterrupt] = []
@@ -52,6 +52,8 @@ class ExecutionState:
     """The earliest durable timer of the actors that parked: when a worker should resume."""
     lost: bool = False
     """The lease was taken over: nothing more may be written, not even the outcome."""
+    renewing: bool = False
+    """A lease renewal is in flight (the keeper is otherwise waiting for ``done``)."""
 
     def end(self, outcome: Outcome, output: Any = None, error: BaseException | None = None) -> None:
         if self.outcome is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, Self
@@ -367,11 +368,14 @@ class Runtime:
         try:
             async with anyio.create_task_group() as renewal:
                 renewal.start_soon(self._keep_lease, state)
-                root = await group.start_child(factory, name, restart="temporary", durable=True, root=True)
+                # A drive with a Start begins an execution whose journal is empty.
+                root = await group.start_child(factory, name, restart="temporary", durable=True, root=True,
+                                               fresh=start is not None)
                 if start is not None:
                     await root.send(start)
                 await state.done.wait()
-                renewal.cancel_scope.cancel()
+                if state.renewing:  # else the keeper ends by itself: a cancel costs a task's repr
+                    renewal.cancel_scope.cancel()
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await group.stop_all()
@@ -405,22 +409,38 @@ class Runtime:
                 f"Execution {lease.execution_id!r} stopped: the store became unavailable ({state.error}). "
                 f"It is intact; recover it (a worker does) once the store is back."
             ) from state.error
+        execution_id = lease.execution_id
         try:
+            # A verdict this process recorded is answered from what it recorded (the
+            # output as the store gives it back: through JSON), not read back.
             if state.outcome == "completed":
                 await release(holder.lease, status="completed", result=state.output)
-            elif state.outcome == "paused":
+                return RunResult(execution_id=execution_id, status="completed",
+                                 output=json.loads(json.dumps(state.output)))
+            if state.outcome == "paused":
                 await release(holder.lease, status="paused", wake_at=state.wake)
             else:
-                await release(holder.lease, status="failed", error=_describe(state.error))
+                error = _describe(state.error)
+                await release(holder.lease, status="failed", error=error)
+                return RunResult(execution_id=execution_id, status="failed", error=error)
         except StaleLease:
             pass  # taken over meanwhile: the other process decides the outcome
-        return await self.result(lease.execution_id)
+        return await self.result(execution_id)
 
     async def _keep_lease(self, state: ExecutionState) -> None:
+        """Renew the lease every third of its length until the execution ends."""
         lease_seconds = self._settings.lease_seconds
+        pause = lease_seconds / 3
         while True:
+            with anyio.move_on_after(pause):
+                await state.done.wait()
+            if state.done.is_set():
+                return
+            state.renewing = True
             try:
-                await state.holder.keep(lease_seconds)
+                holder = state.holder
+                holder.lease = await holder.store.renew_lease(holder.lease, lease_seconds=lease_seconds)
+                pause = lease_seconds / 3
             except StaleLease as exc:
                 state.lost = True
                 state.end("failed", error=exc)
@@ -428,7 +448,9 @@ class Runtime:
             except StoreUnavailable:
                 # The database is away for a moment: keep trying. Whether the lease survived
                 # is for the next renewal, or the next fenced write, to find out.
-                await anyio.sleep(lease_seconds / 10)
+                pause = lease_seconds / 10
+            finally:
+                state.renewing = False
 
     async def drive(self, factory: ActorFactory, lease: Lease) -> RunResult:
         """Run an execution that `Store.take_work` leased to this process (what workers do).

@@ -50,10 +50,12 @@ class Slot:
     """One child position: its spec, its mailbox (kept across restarts), its incarnation."""
 
     def __init__(self, group: Group, factory: ActorFactory, path: str, restart: RestartPolicy,
-                 shutdown_timeout: float, journal: ActorJournal | None, *, root: bool = False) -> None:
+                 shutdown_timeout: float, journal: ActorJournal | None, *, root: bool = False,
+                 fresh: bool = False) -> None:
         self.group = group
         self.execution = group.execution
         self.root = root  # the root actor of an execution
+        self.fresh = fresh  # its journal is known to be empty: the first incarnation loads nothing
         self.factory = factory
         self.path = path
         self.restart = restart
@@ -123,6 +125,7 @@ class Slot:
         if not isinstance(instance, Actor):
             raise ConfigurationError(f"The factory for {self.path!r} returned {instance!r}, not an Actor.")
         settings = self.group.settings
+        keeping = False
         async with anyio.create_task_group() as tg:
             children = Group(tg, self.path, type(instance).supervision, type(instance).max_restarts,
                              type(instance).within, settings, self.execution)
@@ -132,6 +135,7 @@ class Slot:
                 if self.journal is not None and self.execution is None:
                     # A standalone durable actor keeps its own lease; an execution's is kept
                     # by the runtime's drive, which rides out a store's short outages.
+                    keeping = True
                     tg.start_soon(self.journal.holder.keep, settings.lease_seconds)
                 await instance.started()
                 self.started = True
@@ -143,11 +147,13 @@ class Slot:
                 with anyio.CancelScope(shield=True):
                     await children.stop_all()
                 children.close()
-                tg.cancel_scope.cancel()
+                if keeping or children.watching:  # a leaf runs nothing here: no cancel to pay for
+                    tg.cancel_scope.cancel()
 
     async def _load_state(self, instance: Actor[Any]) -> None:
         state_type = type(instance).state_type
-        if self.journal is None:
+        if self.journal is None or self.fresh:
+            self.fresh = self.cold = False
             instance.state = state_type()
             return
         loaded = await self.journal.load(state_type().model_dump(mode="json"))
@@ -314,7 +320,7 @@ class Group:
         self._exits_send, self._exits_recv = anyio.create_memory_object_stream[
             tuple[Slot, int, BaseException | None]
         ](math.inf)
-        self._watching = False  # the watcher starts with the first child: most actors have none
+        self.watching = False  # the watcher starts with the first child: most actors have none
 
     async def start_child(
         self,
@@ -326,6 +332,7 @@ class Group:
         durable: bool = False,
         execution_id: str | None = None,
         root: bool = False,
+        fresh: bool = False,
     ) -> ActorRef:
         kind = getattr(factory, "kind", "actor")
         own = segment(kind, name)
@@ -356,9 +363,9 @@ class Group:
                     owner=self.settings.owner, lease_seconds=self.settings.lease_seconds,
                     snapshot_every=self.settings.snapshot_every,
                 )
-        slot = Slot(self, factory, path, restart, shutdown_timeout, journal, root=root)
-        if not self._watching:
-            self._watching = True
+        slot = Slot(self, factory, path, restart, shutdown_timeout, journal, root=root, fresh=fresh)
+        if not self.watching:
+            self.watching = True
             self._tg.start_soon(self.watch)
         self.children[path] = slot
         try:
@@ -443,10 +450,14 @@ class Group:
     async def _halt(self, slot: Slot) -> None:
         """End the current incarnation: after its message, or forcibly past its timeout."""
         slot.quitting = True
+        if slot.done.is_set():
+            return
         if slot.idle_scope is not None:
             slot.idle_scope.cancel()
         with anyio.move_on_after(slot.shutdown_timeout, shield=True):
             await slot.done.wait()
+        if slot.done.is_set():
+            return
         slot.scope.cancel()
         with anyio.CancelScope(shield=True):
             await slot.done.wait()
@@ -479,7 +490,7 @@ class Group:
     def close(self) -> None:
         """End the watcher once the children are stopped (it closes its own end)."""
         self._exits_send.close()
-        if not self._watching:
+        if not self.watching:
             self._exits_recv.close()
 
 
