@@ -223,12 +223,14 @@ class _ChainActor(Actor[BaseModel]):
             updates = await self._run_round(round_nodes, state)
             for node in round_nodes:
                 state.update(updates[node] or {})
-            view = self._view(state)
+            view = None  # built once per round, and only for an edge with a condition
             targets: list[str] = []
             for node in round_nodes:
                 for edge in out_edges.get(node, ()):
                     if edge.max_iterations is not None and followed[edge] >= edge.max_iterations:
                         continue
+                    if edge.when is not None and view is None:
+                        view = self._view(state)
                     if edge.when is None or edge.when(view):
                         followed[edge] += 1
                         targets.append(edge.dst)

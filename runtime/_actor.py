@@ -124,7 +124,7 @@ class ActorContext:
         key = step.key_for(label)
         if key in step.recorded:
             return step.recorded[key]
-        if inspect.iscoroutinefunction(fn):
+        if _is_async(fn):
             result = await fn(*args)
         else:
             result = await anyio.to_thread.run_sync(fn, *args)
@@ -174,6 +174,14 @@ class ActorContext:
 
 ActorFactory = Any
 """A zero-argument callable returning a fresh `Actor`, usually the Actor subclass itself."""
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    """`inspect.iscoroutinefunction`, answered from the code's flags for a plain function or method."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is not None and code.co_flags & inspect.CO_COROUTINE:
+        return True
+    return inspect.iscoroutinefunction(fn)
 
 
 def segment(kind: str, name: str) -> str:

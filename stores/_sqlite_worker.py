@@ -100,7 +100,7 @@ class GroupCommit:
     """
 
     CHECKPOINT_EVERY = 250  # writes; a few pages each, about SQLite's default of 1000 pages
-    BUSY_LOOP = 0.0002  # seconds other tasks ran while an inline writer yielded: the loop is busy
+    BUSY_LOOP = 0.0002  # seconds other tasks ran during an inline writer's turn: the loop is busy
     SLICE = 0.001  # seconds of inline writes between two turns given to the other tasks
 
     def __init__(self, conn: aiosqlite.Connection, now: Callable[[], int], *,
@@ -134,25 +134,29 @@ class GroupCommit:
 
     async def write(self, fn: Callable[[sqlite3.Connection, int], T]) -> T:
         """Run ``fn(db, now)`` in a shared transaction; return once that transaction committed."""
-        await anyio.lowlevel.checkpoint_if_cancelled()
-        if self._here is not None and not (self._loop_busy or self._job_queued):
-            try:
-                result = self._write_here(self._here, fn)
-            except _LockTaken:
-                pass  # another connection is writing: queue behind it
+        if self._here is None:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        else:
+            # Inline writes give the other tasks a turn once per slice, not at every write:
+            # a turn resumes the writer's whole stack of coroutines, which costs a third as
+            # much as the transaction. It comes before the write, so a cancellation it
+            # delivers leaves nothing written; between turns, a cancellation is checked.
+            before = time.perf_counter()
+            if before - self._turn_given >= self.SLICE:
+                await anyio.lowlevel.checkpoint()
+                self._turn_given = time.perf_counter()
+                if self._turn_given - before > self.BUSY_LOOP:
+                    self._loop_busy = True  # other tasks ran that long: write beside them, on the thread
             else:
-                self._count_writes(1)
-                # Committed: a cancellation now is delivered at the caller's next checkpoint.
-                # The other tasks get a turn once per slice rather than after every write:
-                # a turn resumes the writer's whole stack of coroutines again, which costs
-                # a third as much as the transaction itself.
-                committed = time.perf_counter()
-                if committed - self._turn_given >= self.SLICE:
-                    await anyio.lowlevel.cancel_shielded_checkpoint()
-                    self._turn_given = time.perf_counter()
-                    if self._turn_given - committed > self.BUSY_LOOP:
-                        self._loop_busy = True
-                return result
+                await anyio.lowlevel.checkpoint_if_cancelled()
+            if not (self._loop_busy or self._job_queued):
+                try:
+                    result = self._write_here(self._here, fn)
+                except _LockTaken:
+                    pass  # another connection is writing: queue behind it
+                else:
+                    self._count_writes(1)
+                    return result
         reply: _Reply[T] = _Reply()
         with self._lock:
             self._queued.append((fn, reply))
