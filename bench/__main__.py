@@ -79,6 +79,7 @@ def plot(chain: dict[str, Any] | None, agent: dict[str, Any] | None, out: Path) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    out.mkdir(parents=True, exist_ok=True)
     drawn = []
     if chain is not None:
         configs = list(chain["per_node"])
