@@ -21,6 +21,7 @@ Scheduling, deterministic so that a replay makes the same decisions:
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -122,6 +123,12 @@ class Chain(Runner):
                 raise ConfigurationError(f"Chain {self.name!r} has no node {node!r}; add_node() it first.")
         if max_iterations is not None and max_iterations < 0:
             raise ConfigurationError(f"max_iterations={max_iterations} must be 0 or more.")
+        if any(e.src == src and e.dst == dst and e.when is when and e.max_iterations == max_iterations
+               for e in self._edges):
+            raise ConfigurationError(
+                f"Chain {self.name!r} already has the edge {src} -> {dst} with this condition and bound. "
+                f"Add it once (a second copy would be followed as another edge)."
+            )
         self._edges.append(_Edge(src, dst, when, max_iterations))
 
     def definition(self) -> Any:
@@ -205,7 +212,8 @@ class _ChainActor(Actor[BaseModel]):
 
     async def receive(self, message: Start) -> Any:
         chain = self.chain
-        state: dict[str, Any] = dict(message.input or {}) if isinstance(message.input, dict) else {}
+        # Its own copy: a node that changes a nested value in place must not reach the input's owner.
+        state: dict[str, Any] = copy.deepcopy(message.input) if isinstance(message.input, dict) else {}
         indegree = Counter(edge.dst for edge in chain._edges)
         # Reachability is only asked about joins; a graph without any needs none of it.
         reach = chain._reach() if any(n > 1 for n in indegree.values()) else {}
@@ -223,7 +231,9 @@ class _ChainActor(Actor[BaseModel]):
             updates = await self._run_round(round_nodes, state)
             for node in round_nodes:
                 state.update(updates[node] or {})
-            view = None  # built once per round, and only for an edge with a condition
+            # A typed state is validated after every round (an update that breaks the model fails
+            # the run there); a dict is only copied, when an edge's condition needs to look at it.
+            view = self._view(state) if chain.state_model is not None else None
             targets: list[str] = []
             for node in round_nodes:
                 for edge in out_edges.get(node, ()):

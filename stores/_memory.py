@@ -128,7 +128,7 @@ class MemoryStore(Store):
         await self._enter()
         existing = self._runs.get(new.execution_id)
         if existing is not None:
-            return StartResult(execution=existing.execution, created=False)
+            return StartResult(execution=_copied(existing.execution), created=False)
         now = time.time()
         leased = owner is not None
         execution = Execution(
@@ -140,10 +140,10 @@ class MemoryStore(Store):
         )
         self._runs[new.execution_id] = _Run(execution, input_json)
         if owner is None:
-            return StartResult(execution=execution, created=True)
+            return StartResult(execution=_copied(execution), created=True)
         lease = Lease(execution_id=new.execution_id, owner=owner, epoch=1,
                       expires_at=_ts(now + lease_seconds))
-        return StartResult(execution=execution, created=True, lease=lease)
+        return StartResult(execution=_copied(execution), created=True, lease=lease)
 
     async def take_work(
         self, *, owner: str, lease_seconds: float, limit: int, roots: Sequence[str] | None = None
@@ -174,7 +174,7 @@ class MemoryStore(Store):
     async def get_execution(self, execution_id: str) -> Execution | None:
         await self._enter()
         run = self._runs.get(execution_id)
-        return None if run is None else run.execution
+        return None if run is None else _copied(run.execution)
 
     async def list_executions(
         self,
@@ -192,7 +192,7 @@ class MemoryStore(Store):
         if after is not None:
             mark = (after.created_at, after.execution_id)
             rows = [e for e in rows if (e.created_at, e.execution_id) > mark]
-        return rows[:limit]
+        return [_copied(e) for e in rows[:limit]]
 
     # -- leases ----------------------------------------------------------------
 
@@ -275,6 +275,7 @@ class MemoryStore(Store):
     ) -> PendingInterrupt:
         rows = entry_rows(entries)
         context_json = _json.dumps(interrupt.context, what="the interrupt's context")
+        default_json = _json.dumps(interrupt.default, what="the interrupt's default")
         await self._enter()
         run = self._fenced(lease)
         if interrupt.path in run.pending:
@@ -282,8 +283,7 @@ class MemoryStore(Store):
         now = time.time()
         seqs = self._add_entries(run, rows, now)
         seq = seqs[-1] if seqs else run.next_seq - 1
-        run.pending[interrupt.path] = (interrupt.reason, context_json, seq, now, interrupt.deadline,
-                                       _json.dumps(interrupt.default, what="the interrupt's default"))
+        run.pending[interrupt.path] = (interrupt.reason, context_json, seq, now, interrupt.deadline, default_json)
         return self._pending_row(lease.execution_id, interrupt.path, run.pending[interrupt.path])
 
     async def claim(
@@ -413,3 +413,6 @@ class MemoryStore(Store):
         return len(doomed)
 
 
+def _copied(execution: Execution) -> Execution:
+    """An execution as a reader gets it: its own objects, as a database's decoded row would be."""
+    return execution.model_copy(deep=True)

@@ -30,6 +30,8 @@ Validating every value of a payload goes through a Python callback per value
 (about 60 us for an agent turn's messages). The store encodes each value anyway,
 before its transaction, and refuses what is not JSON with `SerializationError`;
 read back, a value is freshly parsed JSON. So checking it here again buys nothing.
+As in ``json.dumps``, dict keys that are numbers or booleans are written as strings.
+A model holds the value it was given, not a copy: encode or copy it before changing it.
 A store of your own must encode the same way (``tether.stores`` conformance tests
 check it).
 """

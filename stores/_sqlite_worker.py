@@ -141,15 +141,16 @@ class GroupCommit:
             # a turn resumes the writer's whole stack of coroutines, which costs a third as
             # much as the transaction. It comes before the write, so a cancellation it
             # delivers leaves nothing written; between turns, a cancellation is checked.
+            inline = not (self._loop_busy or self._job_queued)  # decided before the turn
             before = time.perf_counter()
             if before - self._turn_given >= self.SLICE:
                 await anyio.lowlevel.checkpoint()
                 self._turn_given = time.perf_counter()
                 if self._turn_given - before > self.BUSY_LOOP:
-                    self._loop_busy = True  # other tasks ran that long: write beside them, on the thread
+                    self._loop_busy = True  # other tasks ran that long: the next writes go beside them
             else:
                 await anyio.lowlevel.checkpoint_if_cancelled()
-            if not (self._loop_busy or self._job_queued):
+            if inline:  # a batch queued meanwhile holds the lock, and the write joins it below
                 try:
                     result = self._write_here(self._here, fn)
                 except _LockTaken:

@@ -155,6 +155,40 @@ async def test_typed_state(store: Store) -> None:
     assert Refund.model_validate(done.output) == Refund(amount=40, approved=True, charged=40)
 
 
+async def test_an_update_that_breaks_a_typed_state_fails_the_run(store: Store) -> None:
+    def approve(state: Refund) -> dict[str, Any]:
+        return {"approved": True}
+
+    def charge(state: Refund) -> dict[str, Any]:
+        return {"charged": "forty"}  # Refund.charged is an int
+
+    done = await Chain("typed", [approve, charge], store=store, state=Refund).run(Refund(amount=40),
+                                                                                 execution_id="broken")
+    assert done.status == "failed"
+    assert done.error is not None and "charged" in done.error
+
+
+async def test_a_node_that_changes_its_state_in_place_changes_nobody_elses(store: Store) -> None:
+    def grow(state: dict[str, Any]) -> dict[str, Any]:
+        state["items"].append("mine")  # in place: the update is what counts, nothing else
+        return {"grown": True}
+
+    given = {"items": ["a"]}
+    done = await Chain("grow", [grow], store=store).run(given, execution_id="grow")
+    assert done.status == "completed"
+    assert given == {"items": ["a"]}
+    execution = await store.get_execution("grow")
+    assert execution is not None and execution.input == {"items": ["a"]}
+
+
+def test_an_identical_edge_twice_is_refused() -> None:
+    chain = Chain("twice", [node("a"), node("b")])
+    chain.add_edge("b", "a", max_iterations=2)
+    with pytest.raises(ConfigurationError, match="already has the edge b -> a"):
+        chain.add_edge("b", "a", max_iterations=2)
+    chain.add_edge("b", "a", max_iterations=3)  # another bound: another edge
+
+
 async def test_a_node_that_returns_nonsense_fails_the_run(store: Store) -> None:
     def bad(state: Any) -> Any:
         return 42

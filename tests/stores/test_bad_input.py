@@ -148,6 +148,34 @@ async def test_payloads_that_are_not_json_write_nothing(store: Store) -> None:
     assert execution is not None and execution.status == "running"
 
 
+async def test_a_suspension_whose_context_or_default_is_not_json_writes_nothing(store: Store) -> None:
+    started = await store.start_execution(
+        NewExecution(execution_id="ex", runner="r", root_path="agent:a"), owner="me", lease_seconds=60
+    )
+    assert started.lease is not None
+    for bad in (NewInterrupt(path="agent:a/tool:t", reason="r", context={1, 2}),  # type: ignore[arg-type]
+                NewInterrupt(path="agent:a/tool:t", reason="r", default=object())):  # type: ignore[arg-type]
+        with pytest.raises(SerializationError, match="not JSON"):
+            await store.suspend(started.lease, [NewEntry(path="agent:a", label="s", kind="suspended")], bad)
+    assert await store.read_journal("ex") == []
+    assert await store.count_pending(execution_id="ex") == 0
+
+
+async def test_what_a_reader_gets_is_its_own(store: Store) -> None:
+    # A database decodes each read afresh; a store must not hand out objects it keeps.
+    await store.start_execution(
+        NewExecution(execution_id="ex", runner="r", root_path="agent:a", input={"items": [1]}),
+        owner="me", lease_seconds=60,
+    )
+    first = await store.get_execution("ex")
+    assert first is not None and isinstance(first.input, dict)
+    first.input["items"].append(2)
+    again = await store.get_execution("ex")
+    [listed] = await store.list_executions()
+    assert again is not None and again.input == {"items": [1]}
+    assert listed.input == {"items": [1]}
+
+
 async def test_strings_that_look_like_sql_are_just_strings(store: Store) -> None:
     evil = "x'); DELETE FROM tether_pending; --"
     started = await store.start_execution(
