@@ -86,6 +86,7 @@ class Chain(Runner):
         self._nodes: dict[str, NodeFn] = {}
         self._async: dict[str, bool] = {}  # per node: called on the loop, or in a worker thread
         self._edges: list[_Edge] = []
+        self._edge_keys: set[tuple[str, str, object, int | None]] = set()  # to refuse an identical edge
         previous = None
         for fn in nodes:
             current = self.add_node(fn)
@@ -123,12 +124,13 @@ class Chain(Runner):
                 raise ConfigurationError(f"Chain {self.name!r} has no node {node!r}; add_node() it first.")
         if max_iterations is not None and max_iterations < 0:
             raise ConfigurationError(f"max_iterations={max_iterations} must be 0 or more.")
-        if any(e.src == src and e.dst == dst and e.when is when and e.max_iterations == max_iterations
-               for e in self._edges):
+        key = (src, dst, when, max_iterations)  # a function compares by identity
+        if key in self._edge_keys:
             raise ConfigurationError(
                 f"Chain {self.name!r} already has the edge {src} -> {dst} with this condition and bound. "
                 f"Add it once (a second copy would be followed as another edge)."
             )
+        self._edge_keys.add(key)
         self._edges.append(_Edge(src, dst, when, max_iterations))
 
     def definition(self) -> Any:
