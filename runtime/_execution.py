@@ -52,8 +52,6 @@ class ExecutionState:
     """The earliest durable timer of the actors that parked: when a worker should resume."""
     lost: bool = False
     """The lease was taken over: nothing more may be written, not even the outcome."""
-    renewing: bool = False
-    """A lease renewal is in flight (the keeper is otherwise waiting for ``done``)."""
 
     def end(self, outcome: Outcome, output: Any = None, error: BaseException | None = None) -> None:
         if self.outcome is None:

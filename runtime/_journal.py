@@ -59,12 +59,28 @@ class LeaseHolder:
     def __init__(self, store: Store, lease: Lease) -> None:
         self.store = store
         self.lease = lease
+        self.renewing = False
+        """A renewal is in flight (between renewals the keeper only waits)."""
 
-    async def keep(self, lease_seconds: float) -> None:
-        """Renew the lease until cancelled; raises `StaleLease` if it was taken over."""
+    async def keep(self, lease_seconds: float, until: anyio.Event | None = None) -> None:
+        """Renew the lease every third of its length, until ``until`` is set or until cancelled.
+
+        Ending on the event costs no cancellation (anyio describes the current task
+        on every cancel). Raises `StaleLease` if the lease was taken over.
+        """
         while True:
-            await anyio.sleep(lease_seconds / 3)
-            self.lease = await self.store.renew_lease(self.lease, lease_seconds=lease_seconds)
+            if until is None:
+                await anyio.sleep(lease_seconds / 3)
+            else:
+                with anyio.move_on_after(lease_seconds / 3):
+                    await until.wait()
+                if until.is_set():
+                    return
+            self.renewing = True
+            try:
+                self.lease = await self.store.renew_lease(self.lease, lease_seconds=lease_seconds)
+            finally:
+                self.renewing = False
 
 
 @dataclass

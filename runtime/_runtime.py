@@ -374,7 +374,7 @@ class Runtime:
                 if start is not None:
                     await root.send(start)
                 await state.done.wait()
-                if state.renewing:  # else the keeper ends by itself: a cancel costs a task's repr
+                if state.holder.renewing:  # else the keeper ends by itself: a cancel costs a task's repr
                     renewal.cancel_scope.cancel()
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
@@ -428,19 +428,11 @@ class Runtime:
         return await self.result(execution_id)
 
     async def _keep_lease(self, state: ExecutionState) -> None:
-        """Renew the lease every third of its length until the execution ends."""
+        """Renew the lease until the execution ends, riding out short store outages."""
         lease_seconds = self._settings.lease_seconds
-        pause = lease_seconds / 3
-        while True:
-            with anyio.move_on_after(pause):
-                await state.done.wait()
-            if state.done.is_set():
-                return
-            state.renewing = True
+        while not state.done.is_set():
             try:
-                holder = state.holder
-                holder.lease = await holder.store.renew_lease(holder.lease, lease_seconds=lease_seconds)
-                pause = lease_seconds / 3
+                await state.holder.keep(lease_seconds, until=state.done)
             except StaleLease as exc:
                 state.lost = True
                 state.end("failed", error=exc)
@@ -448,9 +440,8 @@ class Runtime:
             except StoreUnavailable:
                 # The database is away for a moment: keep trying. Whether the lease survived
                 # is for the next renewal, or the next fenced write, to find out.
-                pause = lease_seconds / 10
-            finally:
-                state.renewing = False
+                with anyio.move_on_after(lease_seconds / 10):
+                    await state.done.wait()
 
     async def drive(self, factory: ActorFactory, lease: Lease) -> RunResult:
         """Run an execution that `Store.take_work` leased to this process (what workers do).
