@@ -7,7 +7,9 @@ tether `Chain`; fastaiagent 1.94 `Chain` with its SQLite/Postgres checkpointer;
 LangGraph `StateGraph` with `AsyncSqliteSaver`/`AsyncPostgresSaver`, durability
 "sync"; DBOS 3.4, a workflow of async steps on its SQLite or Postgres system
 database. Beside them, the floor: the raw driver doing one INSERT+COMMIT of the
-same bytes per node. SQLite runs in WAL at synchronous FULL and NORMAL for every
+same bytes per node; for SQLite also the thread floor, the same transactions on
+a worker thread awaited from the loop: the least a store that never blocks its
+caller's loop can do (a commit that fsyncs must not run on the loop). SQLite runs in WAL at synchronous FULL and NORMAL for every
 peer alike; Postgres with the server's synchronous_commit (on).
 
 Every peer's node is an async function, so every peer runs it on the event loop.
@@ -21,10 +23,12 @@ import argparse
 import asyncio
 import functools
 import json
+import queue
 import random
 import sqlite3
 import statistics
 import tempfile
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -42,6 +46,7 @@ from bench._savers import langgraph_saver
 
 UPDATE = {"step": 1, "note": "x" * 40}
 PAYLOAD = json.dumps(UPDATE)
+THREAD_FLOOR = "thread floor: the same on a worker thread"
 
 
 def tether_nodes(count: int) -> list[Any]:
@@ -183,6 +188,37 @@ def sqlite_floor(path: Path, synchronous: str, count: int) -> float:
     return (time.perf_counter() - start) / count * 1e6
 
 
+async def sqlite_thread_floor(path: Path, synchronous: str, count: int) -> float:
+    """`sqlite_floor`'s transactions on one worker thread, each awaited from the event loop."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute("CREATE TABLE IF NOT EXISTS floor (id INTEGER PRIMARY KEY, payload TEXT)")
+    loop = asyncio.get_running_loop()
+    jobs: queue.SimpleQueue[asyncio.Future[None] | None] = queue.SimpleQueue()
+
+    def commit_each() -> None:  # what aiosqlite's thread does: take a job, run it, wake the loop
+        while (done := jobs.get()) is not None:
+            conn.execute("BEGIN")
+            conn.execute("INSERT INTO floor (payload) VALUES (?)", (PAYLOAD,))
+            conn.execute("COMMIT")
+            loop.call_soon_threadsafe(done.set_result, None)
+
+    worker = threading.Thread(target=commit_each)
+    worker.start()
+    try:
+        start = time.perf_counter()
+        for _ in range(count):
+            done = loop.create_future()
+            jobs.put(done)
+            await done
+        return (time.perf_counter() - start) / count * 1e6
+    finally:
+        jobs.put(None)
+        worker.join()
+        conn.close()
+
+
 async def postgres_floor(dsn: str, count: int) -> float:
     conn = await asyncpg.connect(dsn)
     try:
@@ -221,6 +257,7 @@ def measure(rounds: int, count: int, dsn: str | None) -> tuple[dict[str, dict[st
                 results[config][f"tether ({backend})"].append(us)
                 growth[f"{config}"] = sizes
             results[config]["floor: raw INSERT+COMMIT"].append(sqlite_floor(fresh("floor"), sync, count))
+            results[config][THREAD_FLOOR].append(asyncio.run(sqlite_thread_floor(fresh("floor"), sync, count)))
         if dsn:
             config = "Postgres"
             runs = [
@@ -257,6 +294,8 @@ def report(results: dict[str, dict[str, list[float]]], growth: dict[str, Any], n
             if name in peers:
                 lines.append(f"\nratio chain-{nodes} {config} {name}/tether = "
                              f"{statistics.median(peers[name]) / tether:.2f}")
+        if THREAD_FLOOR in peers:
+            lines.append(f"\ntether (asyncio) / thread floor = {tether / statistics.median(peers[THREAD_FLOOR]):.2f}")
         sizes = growth.get(config)
         if sizes:
             lines.append(f"\ntether journal bytes per node entry: first 20 nodes {sizes['first 20']:.0f}, "
