@@ -244,7 +244,8 @@ class _ChainActor(Actor[BaseModel]):
                     if edge.when is not None and view is None:
                         view = self._view(state)
                     if edge.when is None or edge.when(view):
-                        followed[edge] += 1
+                        if edge.max_iterations is not None:  # only bounded edges are counted
+                            followed[edge] += 1
                         targets.append(edge.dst)
             for target in dict.fromkeys(targets):
                 (waiting.add if indegree[target] > 1 else ready.append)(target)

@@ -350,15 +350,17 @@ class SQLiteStore(DriverStore):
         with _map_errors(self.path):
             return await self._counted(group.read(fn))
 
-    async def _write(self, fn: Callable[[sqlite3.Connection, int], T]) -> T:
+    async def _write(self, fn: Callable[[sqlite3.Connection, int], T], *, one_statement: bool = False) -> T:
         """Run ``fn(db, now)`` inside ``BEGIN IMMEDIATE`` .. ``COMMIT``, shared with concurrent writes.
 
         Once queued, the function runs to COMMIT or ROLLBACK on its thread; a
-        cancelled caller waits for that outcome rather than guess it.
+        cancelled caller waits for that outcome rather than guess it. With
+        ``one_statement`` (see `GroupCommit.write`), ``fn`` must write with one
+        statement and step it to its end (``fetchall``, not ``fetchone``).
         """
         group = self._writer(self._driver_loop or await self._loop())
         with _map_errors(self.path):
-            return await self._counted(group.write(fn))
+            return await self._counted(group.write(fn, one_statement=one_statement))
 
     @staticmethod
     def _fence(db: sqlite3.Connection, lease: Lease, changes: str = "", params: Sequence[Any] = ()) -> None:
@@ -587,21 +589,21 @@ class SQLiteStore(DriverStore):
         def fn(db: sqlite3.Connection, now: int) -> list[int]:
             if len(rows) == 1:
                 # A boundary's one entry: fence, number and insert in one statement.
-                row = db.execute(
+                inserted = db.execute(
                     "INSERT INTO tether_journal (execution_id, seq, path, label, kind, payload, created_at) "
                     "SELECT e.id, (SELECT coalesce(max(j.seq), 0) + 1 FROM tether_journal j "
                     "WHERE j.execution_id = e.id), ?, ?, ?, ?, ? FROM tether_executions e "
                     "WHERE e.id = ? AND e.lease_epoch = ? AND e.lease_owner = ? RETURNING seq",
                     (*rows[0], now, lease.execution_id, lease.epoch, lease.owner),
-                ).fetchone()
-                if row is None:
+                ).fetchall()  # to its end: outside a transaction, that is its commit
+                if not inserted:
                     raise self._fence_error(db, lease)
-                return [int(row[0])]
+                return [int(inserted[0][0])]
             self._fence(db, lease)
             first = self._next_seq(db, lease.execution_id)
             return self._insert_entries(db, lease.execution_id, first, rows, now)
 
-        return await self._write(fn)
+        return await self._write(fn, one_statement=len(rows) == 1)
 
     async def read_journal(
         self, execution_id: str, *, after_seq: int = 0, limit: int | None = None

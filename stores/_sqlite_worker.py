@@ -132,8 +132,13 @@ class GroupCommit:
         await reply.event.wait()
         return reply.outcome()
 
-    async def write(self, fn: Callable[[sqlite3.Connection, int], T]) -> T:
-        """Run ``fn(db, now)`` in a shared transaction; return once that transaction committed."""
+    async def write(self, fn: Callable[[sqlite3.Connection, int], T], *, one_statement: bool = False) -> T:
+        """Run ``fn(db, now)`` in a shared transaction; return once that transaction committed.
+
+        ``one_statement`` says that ``fn`` writes with a single statement, stepped to
+        its end: on the caller's thread SQLite then commits it by itself, which
+        saves the BEGIN and the COMMIT (a tenth of an inline write).
+        """
         if self._here is None:
             await anyio.lowlevel.checkpoint_if_cancelled()
         else:
@@ -152,7 +157,7 @@ class GroupCommit:
                 await anyio.lowlevel.checkpoint_if_cancelled()
             if inline:  # a batch queued meanwhile holds the lock, and the write joins it below
                 try:
-                    result = self._write_here(self._here, fn)
+                    result = self._write_here(self._here, fn, one_statement)
                 except _LockTaken:
                     pass  # another connection is writing: queue behind it
                 else:
@@ -174,11 +179,21 @@ class GroupCommit:
             with self._here_in_use:
                 here.close()
 
-    def _write_here(self, db: sqlite3.Connection, fn: Callable[[sqlite3.Connection, int], T]) -> T:
+    def _write_here(self, db: sqlite3.Connection, fn: Callable[[sqlite3.Connection, int], T],
+                    one_statement: bool) -> T:
         """One transaction on the caller's thread, or `_LockTaken` without waiting."""
         if not self._here_in_use.acquire(blocking=False):
             raise _LockTaken  # another event loop's thread is in it
         try:
+            if one_statement:
+                # Its own transaction: it takes the write lock (or finds it taken, at once:
+                # busy_timeout 0) and commits as it completes; if it fails, nothing was written.
+                try:
+                    return fn(db, self._now())
+                except sqlite3.OperationalError as exc:
+                    if _is_busy(exc):
+                        raise _LockTaken from None
+                    raise
             try:
                 db.execute("BEGIN IMMEDIATE")  # busy_timeout 0: fails at once if taken
             except sqlite3.OperationalError as exc:

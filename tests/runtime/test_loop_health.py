@@ -75,22 +75,29 @@ async def test_at_normal_the_loop_runs_whole_write_transactions_only(tmp_path: P
     on_loop = [sql for thread, sql in statements if thread == loop_thread]
     assert on_loop, "no write took the loop's path"
     # Every statement on the loop is a write transaction's: BEGIN IMMEDIATE (which
-    # fails at once if the lock is taken), statements under that lock, COMMIT. Each
+    # fails at once if the lock is taken), statements under that lock, COMMIT; or a
+    # lone write statement, its own transaction (an append of one entry). Each
     # transaction writes something: no read-only operation, no checkpoint.
+    def writes(statements: list[str]) -> list[str]:
+        return [s for s in statements if s.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))]
+
+    lone = 0
     transaction: list[str] | None = None
     for sql in on_loop:
-        if sql == "BEGIN IMMEDIATE":
+        if transaction is None and writes([sql]):
+            lone += 1
+        elif sql == "BEGIN IMMEDIATE":
             assert transaction is None
             transaction = []
         elif sql in ("COMMIT", "ROLLBACK"):
             assert transaction is not None
-            writes = [s for s in transaction if s.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))]
-            assert writes, f"a transaction on the loop wrote nothing: {transaction}"
+            assert writes(transaction), f"a transaction on the loop wrote nothing: {transaction}"
             transaction = None
         else:
             assert transaction is not None, f"{sql!r} ran on the loop outside a write transaction"
             transaction.append(sql)
     assert transaction is None
+    assert lone, "no append of one entry took the loop's path"
     checkpoints = [thread for thread, sql in statements if "wal_checkpoint" in sql]
     # 50 actors x 4-6 messages x 2 boundaries: past the checkpoint interval at least once.
     assert checkpoints, "the WAL was never checkpointed"
@@ -102,11 +109,11 @@ async def test_a_write_held_up_by_another_process_waits_off_the_loop(tmp_path: P
     path = tmp_path / "busy.db"
     loop_thread = threading.get_ident()
     waiting_on_thread = threading.Event()
-    begins: list[int] = []
+    attempts: list[tuple[int, str]] = []  # where a write began: its BEGIN, or its lone INSERT
 
     def on_statement(thread: int, sql: str) -> None:
-        if sql == "BEGIN IMMEDIATE":
-            begins.append(thread)
+        if sql == "BEGIN IMMEDIATE" or (sql.startswith("INSERT") and thread == loop_thread):
+            attempts.append((thread, sql.split()[0]))
             if thread != loop_thread:
                 waiting_on_thread.set()
 
@@ -134,13 +141,20 @@ async def test_a_write_held_up_by_another_process_waits_off_the_loop(tmp_path: P
         finally:
             other.close()
         assert seqs == [1]
-        assert begins[0] == loop_thread  # tried here first, found the lock taken
-        assert begins[-1] != loop_thread
+        # Tried here first (one statement, its own transaction), found the lock taken,
+        # and waited on the thread.
+        assert attempts[0] == (loop_thread, "INSERT")
+        assert attempts[-1][0] != loop_thread
         assert [e.label for e in await store.read_journal("ex")] == ["x"]
         # The lock is free again: the next write commits on the loop's thread.
-        begins.clear()
+        attempts.clear()
         await store.append(started.lease, [NewEntry(path="agent:a", label="y")])
-        assert begins == [loop_thread]
+        assert attempts == [(loop_thread, "INSERT")]
+        # A write of several statements takes the lock first, with BEGIN IMMEDIATE.
+        attempts.clear()
+        await store.append(started.lease, [NewEntry(path="agent:a", label="z1"), NewEntry(path="agent:a", label="z2")])
+        assert attempts[0] == (loop_thread, "BEGIN")
+        assert [e.label for e in await store.read_journal("ex")] == ["x", "y", "z1", "z2"]
 
 
 @pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])
