@@ -44,7 +44,7 @@ def workloads(quick: bool, postgres: str, tmp: Path) -> list[tuple[str, list[str
             ("4. human in the loop", ["bench.hitl", "--quick", *pg]),
         ]
     return [
-        ("1. sequential durable steps", ["bench.chain", "--rounds", "3", "--nodes", "200",
+        ("1. sequential durable steps", ["bench.chain", "--rounds", "9", "--nodes", "200",
                                          "--json", str(tmp / "chain.json"), *pg]),
         ("2. concurrency", ["bench.concurrency", *pg]),
         ("3. agent turns", ["bench.agent", "--rounds", "3", "--turns", "40", "--json", str(tmp / "agent.json"), *pg]),

@@ -1,6 +1,6 @@
 """A 200-node line, one trivial update per node, checkpointed after every node.
 
-    .venv-bench/bin/python -m bench.chain [--rounds 3] [--nodes 200] [--postgres DSN]
+    .venv-bench/bin/python -m bench.chain [--rounds 9] [--nodes 200] [--postgres DSN]
 
 Peers in the same run, interleaved round by round (their order shuffled):
 tether `Chain`; fastaiagent 1.94 `Chain` with its SQLite/Postgres checkpointer;
@@ -305,7 +305,7 @@ def report(results: dict[str, dict[str, list[float]]], growth: dict[str, Any], n
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds; a 200-node tether run lasts about 15 ms, so take many")
     parser.add_argument("--nodes", type=int, default=200)
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="admin DSN; each run uses a schema of its own ('' to skip)")

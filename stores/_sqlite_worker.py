@@ -169,8 +169,15 @@ class GroupCommit:
             start_job = not self._job_queued
             self._job_queued = True
         if start_job:
-            self._conn._tx.put_nowait((_Reply(), self._run_batches))  # type: ignore[arg-type]
+            self._run_on_thread(self._run_batches)
         return await _wait_committed(reply)
+
+    def _run_on_thread(self, job: Callable[[], None]) -> None:
+        """Queue ``job`` on the connection's thread, with no reply: it tells its callers itself.
+
+        (With a reply, aiosqlite's thread would wake the loop once more for nothing.)
+        """
+        self._conn._tx.put_nowait((None, job))
 
     def close_here(self) -> None:
         """Close the caller-side connection (not the last one: it never checkpoints)."""
@@ -232,7 +239,7 @@ class GroupCommit:
     def _count_writes(self, count: int) -> None:
         """After writes made on the caller's thread: queue a checkpoint when one is due."""
         if self._checkpoint_due(count):
-            self._conn._tx.put_nowait((_Reply(), self._checkpoint))  # type: ignore[arg-type]
+            self._run_on_thread(self._checkpoint)
 
     def _checkpoint_due(self, count: int) -> bool:
         """Count writes; true once per `CHECKPOINT_EVERY`, and not again before that one ran."""
