@@ -596,7 +596,7 @@ class SQLiteStore(DriverStore):
                     "WHERE e.id = ? AND e.lease_epoch = ? AND e.lease_owner = ? RETURNING seq",
                     (*rows[0], now, lease.execution_id, lease.epoch, lease.owner),
                 ).fetchall()  # to its end: outside a transaction, that is its commit
-                if not inserted:
+                if not inserted:  # nothing was written; inline, the reason is read after that
                     raise self._fence_error(db, lease)
                 return [int(inserted[0][0])]
             self._fence(db, lease)

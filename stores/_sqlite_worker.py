@@ -199,6 +199,8 @@ class GroupCommit:
             if one_statement:
                 # Its own transaction: it takes the write lock (or finds it taken, at once:
                 # busy_timeout 0) and commits as it completes; if it fails, nothing was written.
+                # (As after any COMMIT, an exception raised asynchronously in between, such as
+                # KeyboardInterrupt, may find it committed: there is no ROLLBACK to run here.)
                 try:
                     return fn(db, self._now())
                 except sqlite3.OperationalError as exc:
@@ -264,13 +266,18 @@ class GroupCommit:
         whole checkpoint.
         """
         db = self._conn._conn
-        with contextlib.suppress(sqlite3.Error):  # busy readers elsewhere: the next one catches up
-            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            with self._here_in_use:
+        try:
+            # A checkpoint that fails (busy readers elsewhere, say) only leaves the work to the
+            # next one. Nothing it raises may end `_run_batches`, which would leave the queue
+            # marked as served and every later write waiting.
+            with contextlib.suppress(Exception):
                 db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        with self._lock:
-            self._writes_since_checkpoint = 0
-            self._checkpoint_queued = False
+                with self._here_in_use:
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        finally:
+            with self._lock:
+                self._writes_since_checkpoint = 0
+                self._checkpoint_queued = False
 
     def _commit(self, db: sqlite3.Connection, batch: list[tuple[Callable[[sqlite3.Connection, int], Any], _Reply[Any]]]) -> None:
         """Commit a batch and tell every caller its outcome, waking each loop once."""

@@ -224,3 +224,44 @@ async def test_a_big_batch_wakes_its_writers_a_few_per_loop_turn() -> None:
     with anyio.fail_after(5):
         await events[-1].wait()  # the rest, on later turns
     assert all(e.is_set() for e in events)
+
+
+async def test_a_failing_checkpoint_does_not_stop_the_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint that raises only leaves its work to the next one: every later write commits."""
+    # Every write takes a turn, every turn counts as long: all writes go to the thread's
+    # batches, which run the checkpoint themselves once it is due.
+    monkeypatch.setattr(GroupCommit, "SLICE", 0.0)
+    monkeypatch.setattr(GroupCommit, "BUSY_LOOP", -1.0)
+    monkeypatch.setattr(GroupCommit, "CHECKPOINT_EVERY", 3)
+    async with SQLiteStore(tmp_path / "failing.db", synchronous="NORMAL") as store:
+        started = await store.start_execution(
+            NewExecution(execution_id="ex", runner="r", root_path="agent:a"), owner="me", lease_seconds=600
+        )
+        assert started.lease is not None
+        group = store._group
+        assert group is not None
+        real = group._conn._conn
+        failed: list[str] = []
+
+        class FailingCheckpoints:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(real, name)
+
+            def execute(self, sql: str, *args: Any) -> Any:
+                if "wal_checkpoint" in sql:
+                    failed.append(sql)
+                    raise RuntimeError("the checkpoint failed")
+                return real.execute(sql, *args)
+
+        group._conn._connection = FailingCheckpoints()  # type: ignore[assignment]  # aiosqlite's own
+        try:
+            # (A write's caller waits for its outcome even when cancelled: a queue that
+            # nobody serves any more shows up as a hang, which pytest-timeout ends.)
+            for i in range(10):
+                await store.append(started.lease, [NewEntry(path="agent:a", label=str(i))])
+        finally:
+            group._conn._connection = real
+        assert len(failed) >= 2  # one failure did not stop the next checkpoint either
+        assert [e.label for e in await store.read_journal("ex")] == [str(i) for i in range(10)]
