@@ -125,18 +125,17 @@ class Slot:
         if not isinstance(instance, Actor):
             raise ConfigurationError(f"The factory for {self.path!r} returned {instance!r}, not an Actor.")
         settings = self.group.settings
-        keeping = False
+        # The journal of a standalone durable actor, which keeps its own lease (an execution's
+        # is kept by the runtime's drive, which rides out a store's short outages).
+        standalone = self.journal if self.execution is None else None
         async with anyio.create_task_group() as tg:
             children = Group(tg, self.path, type(instance).supervision, type(instance).max_restarts,
                              type(instance).within, settings, self.execution)
             try:
                 instance.context = ActorContext(self.path, self.ref, children)
                 await self._load_state(instance)
-                if self.journal is not None and self.execution is None:
-                    # A standalone durable actor keeps its own lease; an execution's is kept
-                    # by the runtime's drive, which rides out a store's short outages.
-                    keeping = True
-                    tg.start_soon(self.journal.holder.keep, settings.lease_seconds)
+                if standalone is not None:
+                    tg.start_soon(standalone.holder.keep, settings.lease_seconds)
                 await instance.started()
                 self.started = True
                 task_status.started()
@@ -147,7 +146,7 @@ class Slot:
                 with anyio.CancelScope(shield=True):
                     await children.stop_all()
                 children.close()
-                if keeping or children.watching:  # a leaf runs nothing here: no cancel to pay for
+                if standalone is not None or children.watching:  # a leaf runs nothing here: no cancel to pay for
                     tg.cancel_scope.cancel()
 
     async def _load_state(self, instance: Actor[Any]) -> None:

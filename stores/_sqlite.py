@@ -395,9 +395,12 @@ class SQLiteStore(DriverStore):
 
     @staticmethod
     def _insert_entries(
-        db: sqlite3.Connection, execution_id: str, first: int, rows: list[tuple[str, str, str, str]],
-        now: int,
+        db: sqlite3.Connection, execution_id: str, rows: list[tuple[str, str, str, str]], now: int
     ) -> list[int]:
+        """Append ``rows`` after the journal's last entry; their sequence numbers."""
+        if not rows:
+            return []
+        first = SQLiteStore._next_seq(db, execution_id)
         seqs = list(range(first, first + len(rows)))
         db.executemany(
             "INSERT INTO tether_journal (execution_id, seq, path, label, kind, payload, created_at) "
@@ -573,9 +576,7 @@ class SQLiteStore(DriverStore):
             )
             if final:
                 db.execute("DELETE FROM tether_pending WHERE execution_id = ?", (lease.execution_id,))
-            if not rows:
-                return []
-            return self._insert_entries(db, lease.execution_id, self._next_seq(db, lease.execution_id), rows, now)
+            return self._insert_entries(db, lease.execution_id, rows, now)
 
         return await self._write(fn)
 
@@ -600,8 +601,7 @@ class SQLiteStore(DriverStore):
                     raise self._fence_error(db, lease)
                 return [int(inserted[0][0])]
             self._fence(db, lease)
-            first = self._next_seq(db, lease.execution_id)
-            return self._insert_entries(db, lease.execution_id, first, rows, now)
+            return self._insert_entries(db, lease.execution_id, rows, now)
 
         return await self._write(fn, one_statement=len(rows) == 1)
 
@@ -633,9 +633,8 @@ class SQLiteStore(DriverStore):
 
         def fn(db: sqlite3.Connection, now: int) -> PendingInterrupt:
             self._fence(db, lease)
-            first = self._next_seq(db, lease.execution_id)
-            seqs = self._insert_entries(db, lease.execution_id, first, rows, now)
-            seq = seqs[-1] if seqs else first - 1
+            seqs = self._insert_entries(db, lease.execution_id, rows, now)
+            seq = seqs[-1] if seqs else self._next_seq(db, lease.execution_id) - 1
             try:
                 row = db.execute(
                     f"INSERT INTO tether_pending ({_PENDING_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
@@ -690,8 +689,8 @@ class SQLiteStore(DriverStore):
                 payload["by"] = by
             payload_json = _json.dumps(payload, what="the resume value")
             db.execute("UPDATE tether_executions SET wake_at = ? WHERE id = ?", (now, execution_id))
-            [resumed_seq] = self._insert_entries(db, execution_id, self._next_seq(db, execution_id),
-                                                 [(target, "resumed", "resumed", payload_json)], now)
+            resumed = (target, "resumed", "resumed", payload_json)
+            [resumed_seq] = self._insert_entries(db, execution_id, [resumed], now)
             return JournalEntry(execution_id=execution_id, seq=resumed_seq, path=target,
                                 label="resumed", kind="resumed", payload=payload,
                                 created_at=_ts(now))
