@@ -79,9 +79,13 @@ class DriverStore(Store):
         try:
             return await operation
         finally:
-            self._in_flight -= 1
-            if self._in_flight == 0 and self._drained is not None:
-                self._drained.set()
+            self._finished_one()
+
+    def _finished_one(self) -> None:
+        """An operation counted in ``_in_flight`` ended; the last one lets a waiting `aclose` go on."""
+        self._in_flight -= 1
+        if self._in_flight == 0 and self._drained is not None:
+            self._drained.set()
 
     async def aclose(self) -> None:
         self._closed = True

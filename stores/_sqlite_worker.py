@@ -100,6 +100,7 @@ class GroupCommit:
     """
 
     CHECKPOINT_EVERY = 250  # writes; a few pages each, about SQLite's default of 1000 pages
+    RESTART_FRAMES = 4096  # WAL frames (16 MiB of 4 KiB pages) after which a checkpoint makes it start over
     BUSY_LOOP = 0.0002  # seconds other tasks ran during an inline writer's turn: the loop is busy
     SLICE = 0.001  # seconds of inline writes between two turns given to the other tasks
 
@@ -259,11 +260,12 @@ class GroupCommit:
     def _checkpoint(self) -> None:
         """On the connection's thread: copy the WAL into the database (this one fsyncs).
 
-        The bulk is copied while writes go on. The WAL can start over only once a
-        checkpoint has caught up with it, though, so the frames written meanwhile
-        are copied in a second pass, with the caller-side connection held: a
-        write arriving then queues for the thread, for a moment instead of the
-        whole checkpoint.
+        It runs while writes go on. The WAL starts over from its beginning only
+        after a checkpoint that caught up with it, which a steady stream of inline
+        writes never lets happen. So once the WAL holds `RESTART_FRAMES`, a second
+        pass copies what was written meanwhile with the caller-side connection
+        held: a write arriving then queues for the thread until that pass's fsync
+        is done (a few milliseconds, so only every few thousand writes).
         """
         db = self._conn._conn
         try:
@@ -271,9 +273,10 @@ class GroupCommit:
             # next one. Nothing it raises may end `_run_batches`, which would leave the queue
             # marked as served and every later write waiting.
             with contextlib.suppress(Exception):
-                db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                with self._here_in_use:
-                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                _, frames, _ = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                if frames >= self.RESTART_FRAMES:
+                    with self._here_in_use:
+                        db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         finally:
             with self._lock:
                 self._writes_since_checkpoint = 0

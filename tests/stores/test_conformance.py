@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import anyio
 import pytest
@@ -22,6 +23,8 @@ from tether.stores import (
     StaleLease,
     Store,
 )
+
+from tests.conftest import make_store
 
 OWNER = "proc-a"
 
@@ -106,6 +109,32 @@ async def test_append_numbers_entries_in_order(store: Store) -> None:
     assert all(e.kind == "entry" and e.path == "chain:refund/node:a" for e in journal)
     assert [e.seq for e in await store.read_journal(lease.execution_id, after_seq=1)] == [2, 3]
     assert [e.seq for e in await store.read_journal(lease.execution_id, limit=2)] == [1, 2]
+
+
+async def test_an_entry_appended_by_another_connection_is_numbered_in(
+    db_store: Store, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # A store may remember the number it expects next; another process's entry in
+    # between must neither be overwritten nor leave a gap.
+    lease = await started(db_store)
+    assert await db_store.append(lease, [entry("a")]) == [1]
+    async with make_store(request.node.callspec.params["db_store"], tmp_path, request) as other:
+        assert await other.append(lease, [entry("b")]) == [2]
+    assert await db_store.append(lease, [entry("c")]) == [3]
+    assert await db_store.append(lease, [entry("d")]) == [4]
+    assert [(e.seq, e.label) for e in await db_store.read_journal(lease.execution_id)] == [
+        (1, "a"), (2, "b"), (3, "c"), (4, "d")
+    ]
+
+
+async def test_a_journal_started_again_is_numbered_from_one(store: Store) -> None:
+    lease = await started(store, "again")
+    assert await store.append(lease, [entry("a")]) == [1]
+    assert await store.append(lease, [entry("b")]) == [2]
+    assert await store.delete_execution("again")
+    lease = await started(store, "again")  # the same id, owner and epoch as before
+    assert await store.append(lease, [entry("c")]) == [1]
+    assert [e.seq for e in await store.read_journal("again")] == [1]
 
 
 async def test_payloads_round_trip_exactly(store: Store) -> None:
