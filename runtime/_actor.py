@@ -121,7 +121,7 @@ class ActorContext:
         step = current_step.get()
         if step is None:
             raise UsageError(f"{self.path!r} is not durable: spawn it with durable=True to use step().")
-        key = step.key_for(label)
+        key = step.local_key(label)
         if key in step.recorded:
             return step.recorded[key]
         if _is_async(fn):

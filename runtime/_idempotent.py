@@ -50,6 +50,14 @@ class Step:
     def key_for(self, name: str, content: Any = None) -> str:
         """A key for this call, the same when the message is handled again.
 
+        Unique across executions (``idempotency_key`` hands it to other
+        systems): the execution, the actor's path, the message, then `local_key`.
+        """
+        return f"{self.journal.lease.execution_id}|{self.journal.path}|{self.step}|{self.local_key(name, content)}"
+
+    def local_key(self, name: str, content: Any = None) -> str:
+        """The call's key within its message, as a durable step's journal entry names it.
+
         Calls are numbered per name, per what they carry (a digest of ``content``,
         a message or the arguments) and per current `call_scope`. So calls running at
         once that differ in any of these never race for a number, and keys stay
@@ -61,7 +69,7 @@ class Step:
         with self._lock:
             ordinal = self._ordinals.get(scoped, 0) + 1
             self._ordinals[scoped] = ordinal
-        return f"{self.journal.lease.execution_id}|{self.journal.path}|{self.step}|{scoped}#{ordinal}"
+        return f"{scoped}#{ordinal}"
 
 
 def _digest(content: Any) -> str:

@@ -240,7 +240,10 @@ class ActorJournal:
             elif entry.kind == "snapshot":
                 history.append(("snapshot", payload))
             elif isinstance(payload, dict) and "step" in payload:
-                steps.setdefault(payload["inbox"], {})[payload["step"]] = payload["result"]
+                # Keys are `Step.local_key`s. Older journals hold the full `Step.key_for`,
+                # whose prefix only repeats the entry's execution, path and message.
+                key = payload["step"].removeprefix(f"{self.lease.execution_id}|{self.path}|inbox:{payload['inbox']}|")
+                steps.setdefault(payload["inbox"], {})[key] = payload["result"]
             elif entry.label.startswith("msg:"):
                 handled_count += 1
                 if "finish" in payload:

@@ -42,7 +42,7 @@ async def _park_until(when: datetime, argument: str) -> None:
             "Runtime.run(...) handles a message (a node, a tool, or the handler). Use anyio.sleep otherwise."
         )
     # Keyed by what was asked, so timers running at once keep their own due times on a replay.
-    key = step.key_for("sleep", argument)
+    key = step.local_key("sleep", argument)
     if key in step.recorded:
         due = datetime.fromisoformat(step.recorded[key])
     else:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 from tether.runtime import Actor, ActorCrashed, Runtime, Start
-from tether.stores import SerializationError, Store, UsageError
+from tether.stores import NewEntry, NewExecution, SerializationError, Store, UsageError
 
 RAN: list[str] = []
 
@@ -103,3 +103,52 @@ async def test_a_step_result_that_is_not_json_is_refused_and_records_nothing(sto
         assert "node:opaque" in str(info.value.__cause__)
         assert "Return JSON data or a pydantic model" in str(info.value.__cause__)
     assert not [e for e in await store.read_journal("flow:o") if e.label == "node:opaque"]
+
+
+class Halting(Actor[BaseModel]):
+    kind = "flow"
+    halt = True
+
+    async def receive(self, message: Start) -> Any:
+        state = await self.context.step("node:validate", validate, message.input)
+        if Halting.halt:
+            raise RuntimeError("the process dies here")
+        return state | await self.context.step("node:charge", charge, message.input)
+
+
+async def test_a_journal_with_full_step_keys_still_replays_its_steps(store: Store) -> None:
+    # Step entries name their step by its key within the message; journals written
+    # before that carry the execution, the path and the message in front of it.
+    RAN.clear()
+    Halting.halt = True
+    async with Runtime(store) as rt:
+        first = await rt.spawn(Halting, "first", durable=True, restart="temporary")
+        with pytest.raises(ActorCrashed):
+            await first.ask(Start(input=7))
+    inbox, step = await store.read_journal("flow:first")
+    assert (inbox.label, step.label) == ("inbox", "node:validate")
+    assert isinstance(step.payload, dict) and not step.payload["step"].startswith("flow:first|")
+    execution = await store.get_execution("flow:first")
+    assert execution is not None
+
+    # The same journal, as an earlier version wrote it, under another actor's name.
+    started = await store.start_execution(
+        NewExecution(execution_id="flow:second", runner=execution.runner, root_path="flow:second"),
+        owner="earlier", lease_seconds=30,
+    )
+    assert started.lease is not None
+    [seq] = await store.append(started.lease, [NewEntry(path="flow:second", label="inbox", payload=inbox.payload)])
+    full = f"flow:second|flow:second|inbox:{seq}|{step.payload['step']}"
+    await store.append(started.lease, [NewEntry(path="flow:second", label="node:validate",
+                                                 payload={**step.payload, "inbox": seq, "step": full})])
+    await store.release_lease(started.lease)
+
+    RAN.clear()
+    Halting.halt = False
+    async with Runtime(store) as rt:
+        second = await rt.spawn(Halting, "second", durable=True)
+        assert await second.ask(Start(input=8)) == {"valid": True, "charged": 8}
+    # The journaled message was handled again first: its validate step replayed, its charge ran.
+    assert RAN == ["charge", "validate", "charge"]
+    steps = [e.payload for e in await store.read_journal("flow:second") if e.label.startswith("node:")]
+    assert [p["inbox"] for p in steps[:2]] == [seq, seq] and len(steps) == 4
