@@ -11,7 +11,6 @@ import random
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
-import httpx
 from tether.stores import ConfigurationError, TetherError
 
 from ._messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, ToolSpec, UserMessage
@@ -20,6 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import TracebackType
 
+    import httpx
     from pydantic import JsonValue
 
 RETRIED_STATUSES = frozenset({408, 409, 429})
@@ -99,6 +99,8 @@ class OpenAIChatLLM:
             await client.aclose()
 
     def _new_client(self) -> httpx.AsyncClient:
+        import httpx  # here, not at import: with click and rich installed, httpx imports its CLI too
+
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         return httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=self.timeout)
 
@@ -116,6 +118,8 @@ class OpenAIChatLLM:
             return _reply(await self._post(client, body))
 
     async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> Any:
+        import httpx
+
         for attempt in range(self.max_retries + 1):
             last = attempt == self.max_retries
             try:

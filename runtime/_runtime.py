@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import uuid
+import random
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, Self
 
@@ -80,7 +80,7 @@ class Runtime:
             store = wrap(store)  # a test's in-process crash: see tether.runtime.testing
         self.store = store
         # Each runtime is its own lease owner, so two runtimes in one process exclude each other.
-        owner = f"{PROCESS_OWNER}/{uuid.uuid4().hex[:8]}"
+        owner = f"{PROCESS_OWNER}/{_tag()}"
         self._settings = Settings(store, mailbox_size, lease_seconds, snapshot_every, owner)
         self._max_restarts = max_restarts
         self._within = within
@@ -227,7 +227,7 @@ class Runtime:
         (a claim only borrows the dead owner's name, to be let past its lease).
         """
         heir = _faults.heirs.pop(execution_id, None) if drive else _faults.heirs.get(execution_id)
-        return heir or f"{self._settings.owner}/{uuid.uuid4().hex[:8]}"
+        return heir or f"{self._settings.owner}/{_tag()}"
 
     async def resume(
         self,
@@ -481,6 +481,15 @@ class Runtime:
                          input=input),
         )
         return await self.result(execution_id)
+
+
+def _tag() -> str:
+    """Eight random hex digits that tell owners in one process apart.
+
+    `random` is reseeded in a forked child, so siblings forked from one parent
+    differ too; uuid4 would cost a system call at every run.
+    """
+    return f"{random.getrandbits(32):08x}"
 
 
 def _outage(error: BaseException | None) -> bool:

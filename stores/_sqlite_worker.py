@@ -138,7 +138,8 @@ class GroupCommit:
 
         ``one_statement`` says that ``fn`` writes with a single statement, stepped to
         its end: on the caller's thread SQLite then commits it by itself, which
-        saves the BEGIN and the COMMIT (a tenth of an inline write).
+        saves the BEGIN and the COMMIT (a tenth of an inline write). Statements
+        refused before it (a constraint fails) wrote nothing and do not count.
         """
         if self._here is None:
             await anyio.lowlevel.checkpoint_if_cancelled()
@@ -273,7 +274,7 @@ class GroupCommit:
             # next one. Nothing it raises may end `_run_batches`, which would leave the queue
             # marked as served and every later write waiting.
             with contextlib.suppress(Exception):
-                _, frames, _ = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                [(_, frames, _)] = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                 if frames >= self.RESTART_FRAMES:
                     with self._here_in_use:
                         db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()

@@ -112,6 +112,17 @@ async def test_an_unbounded_cycle_is_refused_before_running(store: Store) -> Non
     assert await store.get_execution("forever") is None
 
 
+async def test_a_chain_changed_after_a_run_is_checked_again(store: Store) -> None:
+    chain = Chain("grows", [node("n1"), node("n2")], store=store)
+    assert (await chain.run({}, execution_id="first")).status == "completed"
+    first = chain.fingerprint
+    chain.add_edge("n2", "n1")  # closes an unbounded cycle
+    with pytest.raises(ConfigurationError, match="max_iterations"):
+        await chain.run({}, execution_id="second")
+    assert await store.get_execution("second") is None
+    assert chain.fingerprint != first
+
+
 def test_an_unbounded_cycle_is_named_wherever_it_is() -> None:
     chain = Chain("deep", [node("a"), node("b"), node("c"), node("d"), node("e")])
     chain.add_edge("e", "a", max_iterations=2)  # bounded: allowed
