@@ -22,10 +22,10 @@ class Runner:
     store: Store | None
     lease_seconds: float
     _actor: type[Actor[Any]]
-    _prepared_for: str | None = None  # the definition last checked and hashed
+    _prepared: tuple[str, str] | None = None  # the definition last checked, and its hash
 
     def check(self) -> None:
-        """Refuse a definition that cannot run; called before every run and resume."""
+        """Refuse a definition that cannot run; called before a run or resume whose definition changed."""
 
     def definition(self) -> Any:
         """What a journal depends on (names of nodes, tools, members), not prompts or code."""
@@ -48,10 +48,11 @@ class Runner:
         # Checked again only when the definition changed: a 200-node chain's check and
         # hash cost 130 us a run, and a hundred runs started at once hold the loop for all of them.
         described = self._described()
-        if described != self._prepared_for:
+        prepared = self._prepared
+        if prepared is None or prepared[0] != described:
             self.check()
-            self._actor.fingerprint = _digest(described)  # type: ignore[attr-defined]
-            self._prepared_for = described
+            prepared = self._prepared = (described, _digest(described))
+        self._actor.fingerprint = prepared[1]  # type: ignore[attr-defined]
         return self._actor
 
     def _typed(self, result: RunResult) -> RunResult:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, Self
@@ -483,13 +484,13 @@ class Runtime:
         return await self.result(execution_id)
 
 
-def _tag() -> str:
-    """Eight random hex digits that tell owners in one process apart.
+_tags = random.Random()  # tether's own: a program that seeds `random` must not make owners alike
+os.register_at_fork(after_in_child=_tags.seed)  # siblings forked from one parent differ too
 
-    `random` is reseeded in a forked child, so siblings forked from one parent
-    differ too; uuid4 would cost a system call at every run.
-    """
-    return f"{random.getrandbits(32):08x}"
+
+def _tag() -> str:
+    """Eight random hex digits that tell owners in one process apart (uuid4 costs a system call a run)."""
+    return f"{_tags.getrandbits(32):08x}"
 
 
 def _outage(error: BaseException | None) -> bool:

@@ -75,6 +75,11 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         # (SchemaVersionError) instead of numbering entries from a stale count.
         "ALTER TABLE tether_executions DROP COLUMN next_seq",
     ],
+    [
+        # Version 4 changes no table. A durable step's journal entry now names its step by
+        # its key within the message; a tether of version 3 or older would not find such
+        # a step, and would run it (and its side effects) again. Now it refuses the file.
+    ],
 ]
 
 POSTGRES_MIGRATIONS: list[list[str]] = [
@@ -148,5 +153,9 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
     [
         # Version 3 changed how SQLite numbers journal entries. Postgres keeps its counter:
         # the fence's row lock is what orders concurrent transactions there.
+    ],
+    [
+        # Version 4: as for SQLite, step entries carry keys that an older tether would not
+        # find (it would run those steps again); it refuses the database instead.
     ],
 ]

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 from ._errors import ConfigurationError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema version this release writes; `setup()` migrates older databases to it."""
 
 

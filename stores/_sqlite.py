@@ -90,6 +90,7 @@ _APPEND_NEXT = _APPEND_INTO + (
     "(SELECT coalesce(max(seq), 0) + 1 FROM tether_journal WHERE execution_id = ?1), "
     "?4, ?5, ?6, ?7, ?8) RETURNING seq"
 )
+_WAL_KEPT = 8 << 20  # bytes of WAL file kept when it starts over (after a burst, it shrinks back)
 _SEQ_HINTS_KEPT = 4096  # executions whose next number a store remembers; then it starts over
 
 
@@ -280,6 +281,7 @@ class SQLiteStore(DriverStore):
         db.execute(f"PRAGMA synchronous={self.synchronous}")
         if self.synchronous == "NORMAL":
             db.execute("PRAGMA wal_autocheckpoint=0")  # GroupCommit checkpoints on the thread
+        db.execute(f"PRAGMA journal_size_limit={_WAL_KEPT}")
         db.execute("BEGIN IMMEDIATE")
         try:
             for statement in SQLITE_MIGRATIONS[0]:
@@ -306,6 +308,7 @@ class SQLiteStore(DriverStore):
         try:
             here.execute("PRAGMA synchronous=NORMAL")
             here.execute("PRAGMA wal_autocheckpoint=0")
+            here.execute(f"PRAGMA journal_size_limit={_WAL_KEPT}")
         except BaseException:
             here.close()
             raise
@@ -421,9 +424,8 @@ class SQLiteStore(DriverStore):
         ).fetchone()
         return int(row[0])
 
-    @staticmethod
     def _insert_entries(
-        db: sqlite3.Connection, execution_id: str, rows: list[tuple[str, str, str, str]], now: int
+        self, db: sqlite3.Connection, execution_id: str, rows: list[tuple[str, str, str, str]], now: int
     ) -> list[int]:
         """Append ``rows`` after the journal's last entry; their sequence numbers."""
         if not rows:
@@ -435,6 +437,7 @@ class SQLiteStore(DriverStore):
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
             [(execution_id, seq, *row, now) for seq, row in zip(seqs, rows, strict=True)],
         )
+        self._remember_next(execution_id, seqs[-1] + 1)
         return seqs
 
     # -- executions ----------------------------------------------------------
@@ -645,11 +648,17 @@ class SQLiteStore(DriverStore):
         try:
             [(seq,)] = db.execute(_APPEND_NEXT, values).fetchall()  # to its end: its commit
         except sqlite3.IntegrityError:
-            raise self._fence_error(db, lease) from None
-        if len(hints) >= _SEQ_HINTS_KEPT:
-            hints.clear()
-        hints[execution_id] = seq + 1
+            self._fence(db, lease)  # StaleLease or ExecutionNotFound, when that was why
+            raise  # refused for another reason: as SQLite says it
+        self._remember_next(execution_id, seq + 1)
         return int(seq)
+
+    def _remember_next(self, execution_id: str, seq: int) -> None:
+        """Keep the number an execution's next entry should get: a hint, checked where it is used."""
+        hints = self._next_seqs
+        if execution_id not in hints and len(hints) >= _SEQ_HINTS_KEPT:
+            hints.clear()  # bounded: executions this store no longer writes to are forgotten
+        hints[execution_id] = seq
 
     async def read_journal(
         self, execution_id: str, *, after_seq: int = 0, limit: int | None = None

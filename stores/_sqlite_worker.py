@@ -100,7 +100,7 @@ class GroupCommit:
     """
 
     CHECKPOINT_EVERY = 250  # writes; a few pages each, about SQLite's default of 1000 pages
-    RESTART_FRAMES = 4096  # WAL frames (16 MiB of 4 KiB pages) after which a checkpoint makes it start over
+    RESTART_FRAMES = 2048  # WAL frames (8 MiB of 4 KiB pages) after which a checkpoint makes it start over
     BUSY_LOOP = 0.0002  # seconds other tasks ran during an inline writer's turn: the loop is busy
     SLICE = 0.001  # seconds of inline writes between two turns given to the other tasks
 

@@ -115,12 +115,15 @@ async def test_an_unbounded_cycle_is_refused_before_running(store: Store) -> Non
 async def test_a_chain_changed_after_a_run_is_checked_again(store: Store) -> None:
     chain = Chain("grows", [node("n1"), node("n2")], store=store)
     assert (await chain.run({}, execution_id="first")).status == "completed"
-    first = chain.fingerprint
+    chain.add_edge("n2", "n1", max_iterations=1)  # allowed: runs, under its new fingerprint
+    assert (await chain.run({}, execution_id="second")).status == "completed"
+    first, second = await store.get_execution("first"), await store.get_execution("second")
+    assert first is not None and second is not None
+    assert first.fingerprint != second.fingerprint == chain.fingerprint
     chain.add_edge("n2", "n1")  # closes an unbounded cycle
     with pytest.raises(ConfigurationError, match="max_iterations"):
-        await chain.run({}, execution_id="second")
-    assert await store.get_execution("second") is None
-    assert chain.fingerprint != first
+        await chain.run({}, execution_id="third")
+    assert await store.get_execution("third") is None
 
 
 def test_an_unbounded_cycle_is_named_wherever_it_is() -> None:

@@ -272,3 +272,37 @@ def test_resume_keeps_extra_fields() -> None:
 async def test_interrupt_outside_an_execution_says_where_to_call_it() -> None:
     with pytest.raises(UsageError, match=r"Runtime\.run"):
         interrupt("why")
+
+
+async def test_a_program_that_seeds_random_still_gets_distinct_lease_owners(store: Store) -> None:
+    # Lease owners carry random digits of tether's own; a program's random.seed must
+    # not give two runtimes the same owner, which would let the second take a live lease.
+    import random
+
+    running, release = anyio.Event(), anyio.Event()
+
+    class Waits(Actor[BaseModel]):
+        kind = "flow"
+
+        async def receive(self, message: Start) -> Any:
+            running.set()
+            await release.wait()
+            self.context.finish("done")
+
+    outcomes: list[str] = []
+
+    async def first(rt: Runtime) -> None:
+        outcomes.append((await rt.run(Waits, None, execution_id="seeded")).status)
+
+    random.seed(20261201)
+    async with Runtime(store) as a, anyio.create_task_group() as tg:
+        tg.start_soon(first, a)
+        await running.wait()
+        random.seed(20261201)
+        # (With the same owner, b would take the lease and wait in Waits: bounded, it fails instead.)
+        with anyio.fail_after(10):
+            async with Runtime(store) as b:
+                with pytest.raises(LeaseHeld):
+                    await b.run(Waits, None, execution_id="seeded")
+        release.set()
+    assert outcomes == ["completed"]
