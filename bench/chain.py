@@ -9,8 +9,9 @@ LangGraph `StateGraph` with `AsyncSqliteSaver`/`AsyncPostgresSaver`, durability
 database. Beside them, the floor: the raw driver doing one INSERT+COMMIT of the
 same bytes per node; for SQLite also the thread floor, the same transactions on
 a worker thread awaited from the loop: the least a store that never blocks its
-caller's loop can do (a commit that fsyncs must not run on the loop). SQLite runs in WAL at synchronous FULL and NORMAL for every
-peer alike; Postgres with the server's synchronous_commit (on).
+caller's loop can do (a commit that fsyncs must not run on the loop). SQLite
+runs in WAL at synchronous FULL and NORMAL for every peer alike; Postgres with
+the server's synchronous_commit (on).
 
 Every peer's node is an async function, so every peer runs it on the event loop.
 A sync node would not be the same work everywhere: tether and LangGraph run it in
@@ -305,7 +306,7 @@ def report(results: dict[str, dict[str, list[float]]], growth: dict[str, Any], n
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds; a 200-node tether run lasts about 15 ms, so take many")
+    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds; a 200-node tether run lasts under 10 ms at NORMAL, so take many")
     parser.add_argument("--nodes", type=int, default=200)
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="admin DSN; each run uses a schema of its own ('' to skip)")

@@ -75,7 +75,7 @@ _FINAL_SQL = "('completed', 'failed', 'cancelled')"
 # from the execution's row only while the lease is held, and NULL, which NOT NULL
 # refuses, otherwise. _APPEND_AT is given the number the store expects, and refused
 # the same way unless the journal ends just before it; _APPEND_NEXT reads the
-# number from the journal and returns it (RETURNING costs a tenth of the statement).
+# number from the journal and returns it (RETURNING costs about a sixth of the statement).
 # Both are INSERT .. VALUES: an INSERT .. SELECT that reads its own table first
 # copies its rows into a temporary table.
 _APPEND_INTO = (
@@ -430,7 +430,7 @@ class SQLiteStore(DriverStore):
         """Append ``rows`` after the journal's last entry; their sequence numbers."""
         if not rows:
             return []
-        first = SQLiteStore._next_seq(db, execution_id)
+        first = self._next_seq(db, execution_id)
         seqs = list(range(first, first + len(rows)))
         db.executemany(
             "INSERT INTO tether_journal (execution_id, seq, path, label, kind, payload, created_at) "
