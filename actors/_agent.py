@@ -71,7 +71,7 @@ class Agent(Runner):
                 f"llm={llm!r} has no async complete(messages, tools) method; pass ScriptedLLM, "
                 f"OpenAIChatLLM, or an object with one."
             )
-        self.name = name
+        self.name = self._named("agent", name)
         self.llm = llm
         self.store = store
         self.system_prompt = system_prompt

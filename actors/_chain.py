@@ -34,6 +34,7 @@ from pydantic import BaseModel, JsonValue
 from tether.runtime import Actor, Start, call_scope
 from tether.stores import ConfigurationError, Store
 
+from ._control import settled
 from ._runner import Runner
 
 NodeFn = Callable[[Any], Any]
@@ -78,7 +79,7 @@ class Chain(Runner):
         entry: str | None = None,
         lease_seconds: float = 30.0,
     ) -> None:
-        self.name = name
+        self.name = self._named("chain", name)
         self.store = store
         self.state_model = state
         self.lease_seconds = lease_seconds
@@ -98,11 +99,12 @@ class Chain(Runner):
     def add_node(self, fn: NodeFn, name: str | None = None) -> str:
         """Add a node; its name defaults to the function's. Returns the name."""
         node = name or getattr(fn, "__name__", None)
-        if not node or "/" in node or node in self._nodes:
+        if node in self._nodes:
             raise ConfigurationError(
-                f"Cannot add node {node!r} to chain {self.name!r}: names must be unique, non-empty "
-                f"and free of '/'. Pass name= to add the same function twice."
+                f"Cannot add node {node!r} to chain {self.name!r}: node names must be unique, and it "
+                f"has one of that name. Pass name= to add the same function twice."
             )
+        node = self._named("node", node)  # type: ignore[arg-type]
         self._nodes[node] = fn
         self._async[node] = inspect.iscoroutinefunction(fn)
         return node
@@ -258,7 +260,7 @@ class _ChainActor(Actor[BaseModel]):
 
     async def _run_round(self, nodes: list[str], state: dict[str, Any]) -> dict[str, Any]:
         results: dict[str, Any] = {}
-        failures: list[Exception] = []
+        failures: list[BaseException] = []
 
         async def run_node(node: str) -> None:
             # Every branch settles before anything is raised: a sibling cancelled half-way
@@ -267,8 +269,10 @@ class _ChainActor(Actor[BaseModel]):
                 with call_scope(f"node:{node}"):
                     # The state stays as it is until the round ends; the node gets its own copy.
                     results[node] = await self.context.step(f"node:{node}", self._call, node, state)
-            except Exception as exc:  # noqa: BLE001 - every failure is re-raised in the group below
-                failures.append(exc)
+            except BaseException as exc:
+                if not settled(exc):
+                    raise  # a cancellation: not this branch's outcome
+                failures.append(exc)  # failures and pauses alike, raised in the group below
 
         if len(nodes) == 1:  # a line: no branch to run beside it
             await run_node(nodes[0])
@@ -277,7 +281,7 @@ class _ChainActor(Actor[BaseModel]):
                 for node in nodes:
                     tg.start_soon(run_node, node)
         if failures:
-            raise ExceptionGroup(f"chain {self.chain.name!r}: nodes {nodes}", failures)
+            raise BaseExceptionGroup(f"chain {self.chain.name!r}: nodes {nodes}", failures)
         return results
 
     def _view(self, state: dict[str, Any]) -> Any:

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from pydantic import BaseModel, ValidationError
 from tether.runtime import TetherError, call_scope
-from tether.runtime._interrupt import Interrupted, Suspended
 from tether.stores import ConfigurationError
 
+from ._control import is_control, settled
 from ._messages import AssistantMessage, Message, ToolCall, ToolMessage, ToolSpec, UserMessage
 from ._tools import ToolArgumentsError, result_text
 
@@ -167,7 +167,7 @@ class TurnLoop:
         handoff, results = self._handoff(calls)
         ordinals = self._number_delegations(calls)
         repeated = Counter(call.name for call in calls)
-        signals: list[Exception] = []
+        signals: list[BaseException] = []
 
         async def run_one(index: int, call: ToolCall) -> None:
             # Calls of one turn run at once, so each needs a name of its own: the tool's,
@@ -180,8 +180,10 @@ class TurnLoop:
                     else:
                         recorded = await self.context.step(f"turn:{turn}/{segment}", self._call_tool, call)
                 results[index] = ToolMessage.model_validate(recorded)
-            except Exception as exc:  # noqa: BLE001 - interrupts and runtime errors, raised below
-                signals.append(exc)
+            except BaseException as exc:
+                if not settled(exc):
+                    raise  # a cancellation: not this call's outcome
+                signals.append(exc)  # pauses and runtime errors, raised below
 
         pending = [(i, call) for i, call in enumerate(calls) if results[i] is None]
         if len(pending) == 1:
@@ -191,7 +193,7 @@ class TurnLoop:
                 for index, call in pending:
                     tg.start_soon(run_one, index, call)
         if signals:
-            raise signals[0] if len(signals) == 1 else ExceptionGroup(f"turn {turn} of {self.context.path}", signals)
+            raise signals[0] if len(signals) == 1 else BaseExceptionGroup(f"turn {turn} of {self.context.path}", signals)
         return [result for result in results if result is not None], handoff
 
     def _handoff(self, calls: list[ToolCall]) -> tuple[Handoff | None, list[ToolMessage | None]]:
@@ -262,8 +264,8 @@ class TurnLoop:
                 raise ToolArgumentsError(f"There is no tool named {call.name!r}; the tools are: {offered}.")
             result = await tool.call(tool.validate(call.arguments))
         except Exception as exc:
-            if _is_control(exc):
-                raise  # a pause, or the runtime's own failure: not the tool's answer
+            if is_control(exc):
+                raise  # the runtime's own failure (or a pause inside a group): not the tool's answer
             content = str(exc) if isinstance(exc, ToolArgumentsError) else f"{type(exc).__name__}: {exc}"
             is_error = True
         else:
@@ -275,13 +277,6 @@ class TurnLoop:
                 is_error = True
         return ToolMessage(tool_call_id=call.id, name=call.name, content=content,
                            is_error=is_error).model_dump(mode="json")
-
-
-def _is_control(exc: BaseException) -> bool:
-    """An interrupt, a suspension or tether's own error, alone or inside a tool's task group."""
-    if isinstance(exc, BaseExceptionGroup):
-        return any(_is_control(inner) for inner in exc.exceptions)
-    return isinstance(exc, Interrupted | Suspended | TetherError)
 
 
 def _unfenced(text: str) -> str:

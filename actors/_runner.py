@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from tether.runtime import Resume, RunResult, Runtime
+from tether.runtime._actor import check_name
 from tether.stores import ConfigurationError
 
 if TYPE_CHECKING:
@@ -23,6 +24,10 @@ class Runner:
     lease_seconds: float
     _actor: type[Actor[Any]]
     _prepared: tuple[str, str] | None = None  # the definition last checked, and its hash
+
+    def _named(self, kind: str, name: str) -> str:
+        """``name``, refused at once (`ConfigurationError`) if it cannot be a path segment."""
+        return check_name(kind, name)
 
     def check(self) -> None:
         """Refuse a definition that cannot run; called before a run or resume whose definition changed."""
@@ -117,16 +122,21 @@ class Runner:
         value: Resume | BaseModel | dict[str, Any] | None = None,
         *,
         path: str | None = None,
+        force: bool = False,
+        by: str | None = None,
     ) -> RunResult:
         """Resume a paused run with a decision, or recover a crashed one (no value).
 
         In any process that builds the same runner. With a decision, the pending
         interrupt (the only one, or the one at ``path``) is claimed atomically:
-        a second resumer gets `AlreadyResumed` and changes nothing.
+        a second resumer gets `AlreadyResumed` and changes nothing. A run whose
+        process died on this machine is taken over at once; ``force`` takes over
+        a lease held elsewhere too (see `Runtime.resume`). ``by`` names the decider
+        in the journal.
         """
         actor = self._prepare()
         async with Runtime(self._store(), lease_seconds=self.lease_seconds) as rt:
-            return self._typed(await rt.resume(actor, execution_id, value, path=path))
+            return self._typed(await rt.resume(actor, execution_id, value, path=path, force=force, by=by))
 
 
 def _digest(described: str) -> str:

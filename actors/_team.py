@@ -130,7 +130,7 @@ class Swarm(Runner):
         max_handoffs: int = 10,
         lease_seconds: float = 30.0,
     ) -> None:
-        self.name = name
+        self.name = self._named("swarm", name)
         self.store = store
         self.lease_seconds = lease_seconds
         self.max_handoffs = max_handoffs
@@ -235,18 +235,17 @@ class Supervisor(Runner):
         max_delegations: int = 10,
         lease_seconds: float = 30.0,
     ) -> None:
-        self.name = name
+        self.name = self._named("supervisor", name)
         self.store = store
         self.lease_seconds = lease_seconds
         self.max_delegations = max_delegations
         self.agent = Agent(name, llm=llm, tools=tools, system_prompt=system_prompt, max_turns=max_turns)
         self.workers: dict[str, Worker] = {}
         for worker in workers:
-            if worker.role in self.workers or "/" in worker.role or not worker.role:
-                raise ConfigurationError(
-                    f"Supervisor {name!r}: worker roles must be unique, non-empty and free of '/'; "
-                    f"got {worker.role!r} twice or malformed."
-                )
+            self._named("worker", worker.role)
+            if worker.role in self.workers:
+                raise ConfigurationError(f"Supervisor {name!r} has two workers with the role {worker.role!r}; "
+                                         f"roles must be unique.")
             self.workers[worker.role] = worker
         self.members = {role: _member(w.agent, "worker") for role, w in self.workers.items()}
         self._actor = type(f"Supervisor[{name}]", (_SupervisorActor,), {"kind": "supervisor", "supervisor": self})

@@ -20,6 +20,7 @@ from tether.stores import (
     SerializationError as SerializationError,
     StaleLease as StaleLease,
     StoreError as StoreError,
+    StoreNotFound as StoreNotFound,
     StoreUnavailable as StoreUnavailable,
     TetherError as TetherError,
     UsageError as UsageError,
@@ -35,13 +36,18 @@ from ._errors import (
 )
 from ._execution import RunResult as RunResult, Start as Start
 from ._idempotent import idempotency_key as idempotency_key, idempotent as idempotent
-from ._interrupt import Resume as Resume, call_scope as call_scope, interrupt as interrupt
+from ._interrupt import (
+    Resume as Resume,
+    Suspension as Suspension,
+    call_scope as call_scope,
+    interrupt as interrupt,
+)
 from ._ref import ActorRef as ActorRef
 from ._runtime import Runtime as Runtime
 from ._supervision_types import RestartPolicy as RestartPolicy, SupervisionStrategy as SupervisionStrategy
 from ._timers import sleep as sleep, sleep_until as sleep_until
 from ._version import __version__ as __version__
-from ._worker import ExecutionWorker as ExecutionWorker
+from ._worker import ExecutionWorker as ExecutionWorker, serve_executions as serve_executions
 
 __all__ = (
     "Actor",
@@ -68,9 +74,11 @@ __all__ = (
     "StaleLease",
     "Start",
     "StoreError",
+    "StoreNotFound",
     "StoreUnavailable",
     "SupervisionEscalated",
     "SupervisionStrategy",
+    "Suspension",
     "TetherError",
     "UsageError",
     "__version__",
@@ -78,6 +86,7 @@ __all__ = (
     "idempotency_key",
     "idempotent",
     "interrupt",
+    "serve_executions",
     "sleep",
     "sleep_until",
 )

@@ -185,10 +185,32 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 
 
 def segment(kind: str, name: str) -> str:
-    """One path segment, ``kind:name``; refuses separators that would fake a path."""
-    if not name or "/" in name or "/" in kind or ":" in kind:
-        raise ConfigurationError(
-            f"Cannot name an actor {kind!r}:{name!r}: names must be non-empty and must not "
-            f"contain '/' (it separates path segments), kinds must not contain ':'."
-        )
+    """One path segment, ``kind:name``; refuses names that would fake or break a path.
+
+    Raises:
+        ConfigurationError: An empty name, a name with ``/`` (it separates segments), a
+            control character or a lone surrogate (no store keeps those alike), or a
+            kind with ``:``.
+    """
+    check_name(kind, name)
     return f"{kind}:{name}"
+
+
+def check_name(kind: str, name: str) -> str:
+    """Return ``name`` if it can name an actor of ``kind`` in a path, else raise `ConfigurationError`."""
+    if not isinstance(name, str) or not name:
+        problem = "must be a non-empty string"
+    elif "/" in name or "/" in kind:
+        problem = "must not contain '/' (it separates path segments)"
+    elif ":" in kind:
+        problem = "has a kind with ':' (it separates a kind from its name)"
+    elif any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        problem = "must not contain control characters (NUL, newlines, tabs, ...)"
+    else:
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            problem = "must be valid Unicode text (it holds a lone surrogate)"
+        else:
+            return name
+    raise ConfigurationError(f"Cannot name {kind} {name!r}: a name {problem}. Pick another name.")

@@ -7,16 +7,24 @@
     GET  /approvals                       the page: pending interrupts with Approve / Reject
     GET  /executions/{id}                 the page: one execution's timeline
 
+An execution id may hold any character: percent-encode it whole in a URL
+(``quote(id, safe="")``, so ``a/b?c`` is ``a%2Fb%3Fc``); the pages' links do.
+
 A resume answers 202 as soon as the decision is claimed (journaled, exactly
 once); the run then continues in a task of the server when it has the runner,
-else in whichever process recovers it. 409 when someone else decided first,
-422 for a decision that does not validate, 404 for an unknown execution.
+else in whichever process recovers it (the answer's ``detail`` says which).
+409 when someone else decided first, 422 for a decision that does not
+validate, 404 for an unknown execution, 413 for a body over ``max_body_bytes``
+(1 MiB by default; it is refused before it is read, or as soon as it grows past it).
 
 Security: with a ``token``, every API call needs ``Authorization: Bearer
 <token>`` and the pages a login; `tether serve` refuses to listen off loopback
-without one. Forms carry a CSRF token (double submit), API posts must be JSON
-(a cross-site page cannot send that without a preflight), and every value on a
-page is escaped.
+without one. A browser gets a random session id (an HttpOnly, SameSite=Strict
+cookie); a form's CSRF token is that id signed with the server's secret, and a
+form posted from another origin (another port of 127.0.0.1 too) is refused, so
+a page that can set cookies for the host still cannot forge a decision. API
+posts must be JSON (a cross-site page cannot send that without a preflight),
+and every value on a page is escaped.
 """
 
 from __future__ import annotations
@@ -25,15 +33,19 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import secrets
+import shlex
 from contextlib import asynccontextmanager
 from html import escape
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import anyio
 from pydantic import ValidationError
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 from tether.stores import (
@@ -44,6 +56,7 @@ from tether.stores import (
     LeaseHeld,
     NoPendingInterrupt,
     StaleLease,
+    StoreNotFound,
 )
 
 from . import _pages
@@ -54,11 +67,18 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
     from starlette.requests import Request
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
     from tether.stores import Store
 
 log = logging.getLogger("tether.http")
-CSRF_COOKIE = "tether_csrf"
-SESSION_COOKIE = "tether_session"
+SID_COOKIE = "tether_sid"
+"""A random id per browser; its form tokens and its login are signed for it."""
+LOGIN_COOKIE = "tether_login"
+"""The login of one browser (set when the server has a token), signed for its session id."""
+MAX_BODY_BYTES = 1 << 20
+"""The default limit on a request body (1 MiB): a decision is a small JSON object or form."""
+WAIT_CAP = 60.0
+"""The longest a ``?wait=`` long poll waits, in seconds."""
 
 
 def create_app(
@@ -67,6 +87,7 @@ def create_app(
     *,
     token: str | None = None,
     secure_cookies: bool = False,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> Starlette:
     """The ASGI app for ``store``; ``runners`` continue approved executions in the server.
 
@@ -74,18 +95,44 @@ def create_app(
         store: Where the executions are (opened on first use; closing it is the caller's job).
         runners: The runners this server continues executions with once decided.
         token: Required from every caller when set (bearer for the API, a login for the pages).
+            The forms' signing secret derives from it, so servers sharing a token accept each
+            other's pages; without one, each app signs with a random secret of its own.
         secure_cookies: Mark cookies ``Secure`` (serve over HTTPS).
+        max_body_bytes: The largest request body accepted; a larger one gets 413 unread.
+
+    Raises:
+        ConfigurationError: ``max_body_bytes`` is below 1.
 
     Example:
         ```python
         app = create_app(SQLiteStore("app.db"), [refund_chain], token=os.environ["TETHER_TOKEN"])
-        # uvicorn module:app, or mount it: Mount("/tether", app=app)
+        # uvicorn module:app, or mount it as tether.runtime.ops shows
         ```
     """
+    if max_body_bytes < 1:
+        raise ConfigurationError(f"max_body_bytes={max_body_bytes}: give the largest body to accept, "
+                                 f"in bytes (the default is {MAX_BODY_BYTES}).")
     operator = Operator(store, runners)
-    session = hmac.new(token.encode(), b"tether-session", hashlib.sha256).hexdigest() if token else None
+    # Derived from the token, logins and open pages survive a restart and work on every
+    # replica; without a token there is no login to keep, and a reload fixes a stale page.
+    secret = (hmac.new(token.encode(), b"tether-forms", hashlib.sha256).digest() if token
+              else secrets.token_bytes(32))
     tasks: list[anyio.abc.TaskGroup] = []
     settled: dict[str, anyio.Event] = {}
+
+    def sign(purpose: bytes, sid: str) -> str:
+        # One secret, distinct purposes: the CSRF token shown on a page is never a login.
+        return hmac.new(secret, purpose + b"\0" + sid.encode(), hashlib.sha256).hexdigest()
+
+    def logged_in(request: Request) -> bool:
+        if token is None:
+            return True
+        sid = request.cookies.get(SID_COOKIE, "")
+        return bool(sid) and hmac.compare_digest(request.cookies.get(LOGIN_COOKIE, "").encode(),
+                                                 sign(b"login", sid).encode())
+
+    def set_cookie(response: Response, name: str, value: str) -> None:
+        response.set_cookie(name, value, httponly=True, samesite="strict", secure=secure_cookies)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -110,30 +157,38 @@ def create_app(
 
     def page(handler: Callable[[Request, str], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         async def guarded(request: Request) -> Response:
-            if session is not None and not hmac.compare_digest(request.cookies.get(SESSION_COOKIE, ""), session):
-                return RedirectResponse("/login", status_code=303)
-            csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_hex(16)
-            response = await handler(request, csrf)
-            if request.cookies.get(CSRF_COOKIE) != csrf:
-                response.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict", secure=secure_cookies)
+            if not logged_in(request):
+                return RedirectResponse(_base(request) + "/login", status_code=303)
+            sid = request.cookies.get(SID_COOKIE) or secrets.token_hex(16)
+            response = await handler(request, sign(b"csrf", sid))
+            if request.cookies.get(SID_COOKIE) != sid:
+                set_cookie(response, SID_COOKIE, sid)
             return response
         return guarded
 
-    async def form_with_csrf(request: Request) -> dict[str, str] | None:
+    async def signed_form(request: Request, reload: str) -> dict[str, str] | Response:
+        """The form's fields, or the 403 that refuses a form from another origin or with a wrong token."""
+        origin = request.headers.get("origin")
+        # The scheme is left out: behind a TLS proxy the server sees http, the browser https.
+        if origin is not None and urlsplit(origin).netloc.lower() != request.headers.get("host", "").lower():
+            return _problem(403, f"This form was posted from {origin}, not from this server's own pages; "
+                                 f"nothing was done. Open {reload} on this server and submit it there "
+                                 f"(behind a proxy, pass the Host header through).")
         form = await request.form()
+        sid = request.cookies.get(SID_COOKIE, "")
         given = str(form.get("csrf", ""))
-        cookie = request.cookies.get(CSRF_COOKIE, "")
-        if not cookie or not hmac.compare_digest(given.encode(), cookie.encode()):
-            return None
+        if not sid or not hmac.compare_digest(given.encode(), sign(b"csrf", sid).encode()):
+            return _problem(403, f"The form's CSRF token is missing or wrong: reload {reload} and try again.")
         return {k: str(v) for k, v in form.items()}
 
-    async def decide(execution_id: str, value: dict[str, Any], path: str | None, seq: int | None) -> bool:
+    async def decide(execution_id: str, value: dict[str, Any], path: str | None, seq: int | None,
+                     by: str) -> bool:
         """Claim, then continue in the background when this server has the runner."""
         execution = await store.get_execution(execution_id)
         if execution is None:
             raise ExecutionNotFound(execution_id)
         runner = operator.runner_for(execution)  # refuses a changed definition before claiming
-        await operator.decide(execution_id, value, path=path, seq=seq)
+        await operator.decide(execution_id, value, path=path, seq=seq, by=by)
         if runner is None or not tasks:
             return False
         settled[execution_id] = anyio.Event()
@@ -159,20 +214,18 @@ def create_app(
     @api
     async def get_execution(request: Request) -> Response:
         execution_id = request.path_params["execution_id"]
-        if "wait" in request.query_params and execution_id in settled:
-            # A long poll: answer once the run this server continues has paused or ended.
-            try:
-                seconds = min(float(request.query_params["wait"]), 60.0)
-            except ValueError:
-                return _problem(400, "wait= takes a number of seconds (at most 60).")
-            with anyio.move_on_after(seconds):
-                await settled[execution_id].wait()
+        wait = request.query_params.get("wait")
+        if wait is not None:
+            seconds = _seconds(wait)
+            if seconds is None:
+                return _problem(400, f"wait={wait!r} is not a number of seconds: give a finite number from 0 "
+                                     f"up, like wait=30 (at most {WAIT_CAP:g} are waited).")
+            if execution_id in settled:
+                # A long poll: answer once the run this server continues has paused or ended.
+                with anyio.move_on_after(min(seconds, WAIT_CAP)):
+                    await settled[execution_id].wait()
         view = await operator.show(execution_id)
-        return JSONResponse({
-            "execution": view.execution.model_dump(mode="json"),
-            "pending": [row.model_dump(mode="json") for row in view.pending],
-            "journal": [entry.model_dump(mode="json") for entry in view.entries],
-        })
+        return JSONResponse(view.as_json())
 
     @api
     async def resume(request: Request) -> Response:
@@ -180,50 +233,62 @@ def create_app(
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
             return _problem(415, "Send the decision as a JSON object with Content-Type: application/json.")
         try:
-            value = json.loads(await request.body())
             seq = int(request.query_params["seq"]) if "seq" in request.query_params else None
-        except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        except ValueError:
+            return _problem(400, f"seq={request.query_params['seq']!r} is not a whole number: give the seq of "
+                                 f"the pending interrupt (from /api/pending); nothing was claimed.")
+        try:
+            value = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             return _problem(400, f"The body is not JSON ({exc}); nothing was claimed.")
         if not isinstance(value, dict):
             return _problem(422, 'The decision must be a JSON object, like {"approved": true}; nothing was claimed.')
         try:
-            continuing = await decide(execution_id, value, request.query_params.get("path"), seq)
+            continuing = await decide(execution_id, value, request.query_params.get("path"), seq,
+                                      _decider("api", value))
         except ValidationError as exc:
             return _problem(422, f"Not a valid decision; nothing was claimed: {exc}")
         except AlreadyResumed as exc:
             return _problem(409, str(exc))
         except (NoPendingInterrupt, ExecutionFinished, LeaseHeld, StaleLease, ConfigurationError) as exc:
             return _problem(409, str(exc))
-        return JSONResponse({"execution_id": execution_id, "status": "accepted", "continuing": continuing},
-                            status_code=202)
+        detail = ("Decision recorded; this server continues the run." if continuing
+                  else f"Decision recorded; {_nobody_continues(execution_id)}.")
+        return JSONResponse({"execution_id": execution_id, "status": "accepted", "continuing": continuing,
+                             "detail": detail}, status_code=202)
 
     # -- the pages ---------------------------------------------------------------------
 
     @page
     async def approvals_page(request: Request, csrf: str) -> Response:
         rows = await operator.pending(request.query_params.get("path_prefix"))
-        return HTMLResponse(_pages.approvals(rows, csrf, flash=request.query_params.get("flash", ""),
+        return HTMLResponse(_pages.approvals(rows, csrf, base=_base(request),
+                                             flash=request.query_params.get("flash", ""),
                                              error=request.query_params.get("error", "")))
 
     async def approvals_decide(request: Request) -> Response:
-        if session is not None and not hmac.compare_digest(request.cookies.get(SESSION_COOKIE, ""), session):
-            return RedirectResponse("/login", status_code=303)
-        form = await form_with_csrf(request)
-        if form is None:
-            return _problem(403, "The form's CSRF token is missing or wrong: reload /approvals and try again.")
+        back = _base(request) + "/approvals"
+        if not logged_in(request):
+            return RedirectResponse(_base(request) + "/login", status_code=303)
+        form = await signed_form(request, back)
+        if isinstance(form, Response):
+            return form
         execution_id = form.get("execution_id", "")
         approved = form.get("decision") == "approve"
         value = Resume(approved=approved,
                        metadata={"approver": form.get("approver", ""), "note": form.get("note", "")})
         try:
             seq = int(form["seq"]) if form.get("seq") else None
-            await decide(execution_id, value.model_dump(mode="json"), form.get("path") or None, seq)
+            decision = value.model_dump(mode="json")
+            continuing = await decide(execution_id, decision, form.get("path") or None, seq,
+                                      _decider("page", decision))
         except (AlreadyResumed, NoPendingInterrupt, ExecutionFinished, ExecutionNotFound, LeaseHeld,
                 ConfigurationError, ValidationError, ValueError) as exc:
-            return RedirectResponse("/approvals?" + urlencode({"error": str(exc)}), status_code=303)
+            return RedirectResponse(back + "?" + urlencode({"error": str(exc)}), status_code=303)
         verdict = "approved" if approved else "rejected"
-        return RedirectResponse("/approvals?" + urlencode({"flash": f"{execution_id}: {verdict}."}),
-                                status_code=303)
+        flash = (f"{execution_id}: {verdict}." if continuing
+                 else f"{execution_id}: {verdict} and recorded; {_nobody_continues(execution_id)}.")
+        return RedirectResponse(back + "?" + urlencode({"flash": flash}), status_code=303)
 
     @page
     async def execution_page(request: Request, csrf: str) -> Response:
@@ -231,41 +296,57 @@ def create_app(
             view = await operator.show(request.path_params["execution_id"])
         except ExecutionNotFound as exc:
             return HTMLResponse(_pages.page("Not found - tether", f"<p class=error>{escape(str(exc))}</p>"), 404)
-        return HTMLResponse(_pages.timeline(view))
+        return HTMLResponse(_pages.timeline(view, base=_base(request)))
 
     async def login_page(request: Request) -> Response:
-        csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_hex(16)
-        response = HTMLResponse(_pages.login(csrf))
-        response.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict", secure=secure_cookies)
+        sid = request.cookies.get(SID_COOKIE) or secrets.token_hex(16)
+        response = HTMLResponse(_pages.login(sign(b"csrf", sid), base=_base(request)))
+        if request.cookies.get(SID_COOKIE) != sid:
+            set_cookie(response, SID_COOKIE, sid)
         return response
 
     async def login(request: Request) -> Response:
-        form = await form_with_csrf(request)
-        if form is None:
-            return _problem(403, "The form's CSRF token is missing or wrong: reload /login and try again.")
-        if token is None or session is None:
-            return RedirectResponse("/approvals", status_code=303)
+        base = _base(request)
+        form = await signed_form(request, base + "/login")
+        if isinstance(form, Response):
+            return form
+        if token is None:
+            return RedirectResponse(base + "/approvals", status_code=303)
         if not hmac.compare_digest(form.get("token", "").encode(), token.encode()):
-            return HTMLResponse(_pages.login(request.cookies.get(CSRF_COOKIE, ""), error="Wrong token."), 401)
-        response = RedirectResponse("/approvals", status_code=303)
-        response.set_cookie(SESSION_COOKIE, session, httponly=True, samesite="strict", secure=secure_cookies)
+            csrf = sign(b"csrf", request.cookies.get(SID_COOKIE, ""))
+            return HTMLResponse(_pages.login(csrf, base=base, error="Wrong token."), 401)
+        # A fresh session id: one planted in this browser before the login is not the one logged in.
+        sid = secrets.token_hex(16)
+        response = RedirectResponse(base + "/approvals", status_code=303)
+        set_cookie(response, SID_COOKIE, sid)
+        set_cookie(response, LOGIN_COOKIE, sign(b"login", sid))
         return response
 
     async def health(request: Request) -> Response:
         return PlainTextResponse("ok")
 
     async def home(request: Request) -> Response:
-        return RedirectResponse("/approvals", status_code=303)
+        return RedirectResponse(_base(request) + "/approvals", status_code=303)
 
-    app = Starlette(lifespan=lifespan, routes=[
+    # An id is the whole rest of the path (it may hold "/"): the resume route takes the last
+    # "/resume" off, so an id that itself ends in "/resume" still works.
+    async def no_store(request: Request, exc: Exception) -> Response:
+        # Served before the application made its store (the page never makes one): say so.
+        if request.url.path.startswith(_base(request) + "/api/"):
+            return _problem(503, str(exc))
+        return HTMLResponse(_pages.page("No store - tether", f"<p class=error role=alert>{escape(str(exc))}</p>"),
+                            503)
+
+    app = Starlette(lifespan=lifespan, middleware=[Middleware(_BodyLimit, max_bytes=max_body_bytes)],
+                    exception_handlers={StoreNotFound: no_store}, routes=[
         Route("/", home),
         Route("/healthz", health),
         Route("/api/pending", list_pending),
-        Route("/api/executions/{execution_id}", get_execution),
-        Route("/api/executions/{execution_id}/resume", resume, methods=["POST"]),
+        Route("/api/executions/{execution_id:path}/resume", resume, methods=["POST"]),
+        Route("/api/executions/{execution_id:path}", get_execution),
         Route("/approvals", approvals_page),
         Route("/approvals/decide", approvals_decide, methods=["POST"]),
-        Route("/executions/{execution_id}", execution_page),
+        Route("/executions/{execution_id:path}", execution_page),
         Route("/login", login_page),
         Route("/login", login, methods=["POST"]),
     ])
@@ -275,5 +356,86 @@ def create_app(
     return app
 
 
+class _BodyTooLarge(Exception):
+    """Raised from ``receive`` once a body grows past the limit; `_BodyLimit` answers 413 for it."""
+
+
+class _BodyLimit:
+    """Refuse a request body over ``max_bytes`` with 413, unread when its Content-Length says so.
+
+    Around the routes, so JSON and forms alike are covered; the 413 closes the
+    connection, so the rest of a chunked body is never read.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        received = 0
+        started = False
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _BodyTooLarge
+            return message
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited, tracked)
+        except _BodyTooLarge:
+            if started:  # too late for a 413: the server logs it and drops the connection
+                raise
+            await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = _problem(413, f"The request body is over this server's limit of {self.max_bytes} bytes; "
+                                 f"nothing was claimed. A decision is a small JSON object: send less "
+                                 f"(or raise create_app's max_body_bytes=).")
+        response.headers["connection"] = "close"
+        await response(scope, receive, send)
+
+
+def _decider(via: str, value: dict[str, Any]) -> str:
+    """Who decided, as journaled: how the decision came, and the approver it names, if any."""
+    metadata = value.get("metadata")
+    approver = metadata.get("approver") if isinstance(metadata, dict) else None
+    return f"{via}:{approver}" if isinstance(approver, str) and approver else via
+
+
 def _problem(status: int, detail: str) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=status)
+
+
+def _base(request: Request) -> str:
+    """Where the app is mounted ("" at the root): every link and redirect starts with it."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def _seconds(text: str) -> float | None:
+    """``text`` as a finite number of seconds >= 0, or None."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _nobody_continues(execution_id: str) -> str:
+    return (f"no process here continues it: run it with a worker (`tether worker --app module:attr`) "
+            f"or `tether resume {shlex.quote(execution_id)} --app module:attr`")

@@ -2,10 +2,18 @@
 
 Inside a durable actor, the result of an ``@idempotent`` call is recorded in the
 store under a key made of the execution, the actor's path, the message being
-handled, the function, and the call's ordinal within that message. When the
-message is handled again (after a crash, a restart or a resume), each call finds
-its own record and returns it instead of running again; two legitimate
-identical calls in one message are two records.
+handled, the call's place (its `call_scope`, ``tool:approve_refund``), the
+function's name, a digest of its arguments, and the call's ordinal among calls
+alike. When the message is handled again (after a crash, a restart or a
+resume), each call finds its own record and returns it instead of running
+again; two legitimate identical calls in one message are two records.
+
+The function's name is its qualified name *within* its module (``charge``,
+``Billing.charge``), not its module's name: the same code loaded as a script
+(``__main__``), with ``-m``, through ``--app pkg.refunds:runners`` or by a worker
+has the same keys. Renaming a function changes its key, so a run paused before
+the rename would run the effect again: ``@idempotent(name="charge")`` keeps the
+key across renames and moves.
 """
 
 from __future__ import annotations
@@ -21,10 +29,10 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, get_type_hints
 import anyio.from_thread
 from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError, to_json
-from tether.stores import SerializationError, UsageError
+from tether.stores import ConfigurationError, SerializationError, UsageError
 
 from . import _faults
-from ._interrupt import current_segment
+from ._interrupt import Suspension, current_segment
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -105,7 +113,7 @@ def idempotency_key() -> str:
 
 
 def idempotent(
-    fn: Callable[P, R] | None = None, *, key: Callable[..., str] | None = None
+    fn: Callable[P, R] | None = None, *, key: Callable[..., str] | None = None, name: str | None = None
 ) -> Any:
     """Record a function's result so that it runs once per call site and message.
 
@@ -119,7 +127,10 @@ def idempotent(
     Args:
         fn: The function (``@idempotent`` without parentheses).
         key: Names the call from its arguments instead of the function's
-            qualified name; calls with the same name share ordinals.
+            name; calls with the same name share ordinals.
+        name: The name its records are kept under (default: the function's
+            qualified name within its module, ``Billing.charge``). Set it to keep
+            the records of paused runs across a rename or a move.
 
     Example:
         ```python
@@ -128,9 +139,13 @@ def idempotent(
             return await payments.charge(customer, cents, idempotency_key=idempotency_key())
         ```
     """
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ConfigurationError(f"@idempotent(name={name!r}): give a non-empty name for its records.")
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:
-        qualname = f"{func.__module__}.{func.__qualname__}"
+        qualname = f"{func.__module__}.{func.__qualname__}"  # in messages, and to the testing kit
+        # In the records' keys: the same whichever name its module was loaded under.
+        record_name = name or func.__qualname__
         try:
             returns = get_type_hints(func).get("return", Any)
         except NameError:
@@ -138,7 +153,7 @@ def idempotent(
         adapter: TypeAdapter[Any] = TypeAdapter(returns)
 
         def name_of(*args: Any, **kwargs: Any) -> str:
-            return key(*args, **kwargs) if key is not None else qualname
+            return key(*args, **kwargs) if key is not None else record_name
 
         def encode(result: Any, record_key: str) -> Any:
             try:
@@ -165,7 +180,7 @@ def idempotent(
                 try:
                     result = await func(*args, **kwargs)
                 except BaseException as exc:
-                    if not isinstance(exc, Exception):
+                    if not isinstance(exc, Exception | Suspension):
                         _faults.cut(record_key)  # cancelled mid-effect: no record will follow
                     raise
                 finally:

@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 class Resume(BaseModel):
     """A decision that resumes an interrupted call. Extra fields are kept.
 
+    ``approved`` is required: an approval gate fails closed, so a decision that
+    does not say whether it approves (``{}``, or only a note) is refused before
+    it consumes the pending interrupt. An interrupt that wants another shape
+    declares its own model (``interrupt(..., expect=MyDecision)``).
+
     Example:
         ```python
         Resume(approved=True, metadata={"approver": "alice"}, amount=120).amount  # 120
@@ -34,11 +39,21 @@ class Resume(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    approved: bool = True
+    approved: bool
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
 
 
-class Interrupted(Exception):
+class Suspension(BaseException):
+    """What pauses an execution: `interrupt()`, a durable `sleep()`, or a part of the tree that paused.
+
+    Like trio's ``Cancelled``, a `BaseException`: a tool or node that wraps its body
+    in ``try: ... except Exception:`` cannot swallow a pause. Code that catches
+    ``BaseException`` must re-raise it (``except Suspension: raise`` first); the
+    runtime catches it, journals the pause and parks the actor tree.
+    """
+
+
+class Interrupted(Suspension):
     """Raised by `interrupt()` to suspend; the runtime catches it. Do not catch it."""
 
     def __init__(self, path: str, reason: str, context: JsonValue, expect: type[BaseModel],
@@ -52,7 +67,7 @@ class Interrupted(Exception):
         self.default = default
 
 
-class Parked(Exception):
+class Parked(Suspension):
     """Raised by a durable `sleep` that is not due yet; the runtime catches it. Do not catch it."""
 
     def __init__(self, due: datetime) -> None:
@@ -61,25 +76,34 @@ class Parked(Exception):
 
 
 def model_name(model: type[BaseModel]) -> str:
-    """How a decision's model is named in the journal."""
-    return f"{model.__module__}.{model.__qualname__}"
+    """How a decision's model is named in the journal: ``module:qualified.name``."""
+    return f"{model.__module__}:{model.__qualname__}"
 
 
 def loaded_model(name: str) -> type[BaseModel] | None:
     """The model class of that name among those this process has defined, if any.
 
     Looked up, never imported: a name read from the journal cannot load code.
+    The same code loaded under another module name (a script's ``__main__``, then
+    ``--app refunds:runners``) is found by its qualified name, when exactly one
+    model has it.
     """
+    module, colon, qualname = name.partition(":")
+    if not colon:  # module.qualname, as earlier versions of tether wrote it
+        module, _, qualname = name.rpartition(".")
+    alike: list[type[BaseModel]] = []
     pending: list[type[BaseModel]] = [BaseModel]
     while pending:
         model = pending.pop()
-        if model_name(model) == name:
-            return model
+        if model.__qualname__ == qualname:
+            if model.__module__ == module:
+                return model
+            alike.append(model)
         pending.extend(model.__subclasses__())
-    return None
+    return alike[0] if len(alike) == 1 else None
 
 
-class Suspended(Exception):
+class Suspended(Suspension):
     """Raised by ``ask`` when the actor asked (or one below it) suspended; do not catch it."""
 
     def __init__(self, path: str) -> None:

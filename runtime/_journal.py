@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import uuid
+import getpass
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +12,7 @@ from tether.stores import (
     ConfigurationError,
     DuplicateInterrupt,
     Lease,
+    LeaseHeld,
     NewEntry,
     NewExecution,
     NewInterrupt,
@@ -21,13 +21,11 @@ from tether.stores import (
 )
 
 from . import _delta, _faults
+from ._owners import is_dead
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
-
-PROCESS_OWNER = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-"""This process's identity as a lease owner."""
 
 
 class MessageCodec:
@@ -48,6 +46,43 @@ class MessageCodec:
 
     def decode(self, body: dict[str, Any]) -> BaseModel:
         return self._types[body["type"]].model_validate(body["data"])
+
+
+async def take_lease(
+    store: Store, execution_id: str, *, owner: str, lease_seconds: float, path: str, force: bool = False
+) -> Lease:
+    """Acquire an execution's lease, taking it over at once from an owner that provably died.
+
+    A live owner, or one whose death cannot be proven (another machine, another
+    pid namespace), is waited out: `LeaseHeld`, as from the store, unless
+    ``force``. A takeover before expiry is journaled at ``path``: from whom, by
+    whom, and whether it was forced (then with the operator's user name).
+
+    Raises:
+        LeaseHeld: Held by a live owner (or one that cannot be judged), and not ``force``.
+        ExecutionFinished, ExecutionNotFound: As from `Store.acquire_lease`.
+    """
+    try:
+        return await store.acquire_lease(execution_id, owner=owner, lease_seconds=lease_seconds)
+    except LeaseHeld as held:
+        dead = is_dead(held.owner)
+        if not (force or dead):
+            raise
+        previous = held.owner
+    lease = await store.acquire_lease(execution_id, owner=owner, lease_seconds=lease_seconds, replacing=previous)
+    why: dict[str, Any] = {"from": previous, "by": owner, "dead": dead, "forced": force}
+    if force:
+        why["operator"] = _operator()
+    await store.append(lease, [NewEntry(path=path, label="takeover", payload=why)])
+    return lease
+
+
+def _operator() -> str:
+    """Who runs this process, for the journal of a forced takeover."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no name for this uid (a container, say)
+        return "unknown"
 
 
 class LeaseHolder:
@@ -119,6 +154,8 @@ class ActorJournal:
         self.codec = codec
         self.snapshot_every = snapshot_every
         self.handled = 0
+        self.accepted = 0
+        """Messages accepted into the mailbox so far (``inbox`` entries), as loaded and since."""
         self.asks: dict[str, tuple[int, bool, Any]] = {}
         """Ask id -> (inbox seq, handled?, reply): a repeated ask finds its first answer."""
         self._ids: dict[int, str] = {}
@@ -133,14 +170,15 @@ class ActorJournal:
         """Create or take over a standalone durable actor's execution and hold its lease.
 
         Raises:
-            LeaseHeld: Another live process runs this actor.
+            LeaseHeld: Another live process runs this actor (one that died on this
+                machine is taken over at once).
         """
         started = await store.start_execution(
             NewExecution(execution_id=execution_id, runner=runner, root_path=path),
             owner=owner, lease_seconds=lease_seconds,
         )
-        lease = started.lease or await store.acquire_lease(
-            execution_id, owner=owner, lease_seconds=lease_seconds
+        lease = started.lease or await take_lease(
+            store, execution_id, owner=owner, lease_seconds=lease_seconds, path=path
         )
         return cls(LeaseHolder(store, lease), path, codec, snapshot_every)
 
@@ -148,6 +186,7 @@ class ActorJournal:
         payload: dict[str, Any] = {"message": self.codec.encode(message), "id": ask_id}
         entries = [NewEntry(path=self.path, label="inbox", payload=payload)]
         [seq] = await self.store.append(self.lease, entries)
+        self.accepted += 1
         _faults.wrote(entries)
         if ask_id is not None:
             self.asks[ask_id] = (seq, False, None)
@@ -213,7 +252,7 @@ class ActorJournal:
         steps: dict[int, dict[str, Any]] = {}
         self.asks.clear()
         self._ids.clear()
-        handled_count = 0
+        handled_count = accepted = 0
         finished: dict[str, Any] | None = None
         mine = self.path + "/"
         for entry in await self.store.read_journal(self.lease.execution_id):
@@ -228,6 +267,7 @@ class ActorJournal:
             if entry.path != self.path:
                 continue
             if entry.label == "inbox":
+                accepted += 1
                 try:
                     inbox[entry.seq] = (self.codec.decode(payload["message"]), payload.get("id"))
                 except (KeyError, ValidationError):
@@ -255,7 +295,7 @@ class ActorJournal:
                 ask_id = self._ids.get(payload["inbox"])
                 if ask_id is not None:
                     self.asks[ask_id] = (payload["inbox"], True, payload.get("reply"))
-        self.handled = handled_count
+        self.handled, self.accepted = handled_count, accepted
         unhandled = [(seq, message, ask_id) for seq, (message, ask_id) in sorted(inbox.items())]
         return Loaded(_delta.restore(history), unhandled, decisions, steps,
                       (False, None) if finished is None else (True, finished["output"]))

@@ -46,7 +46,8 @@ class Resumable(Protocol):
         """A hash of the definition, as stored with each execution."""
         ...
 
-    async def resume(self, execution_id: str, value: Any = None, *, path: str | None = None) -> RunResult:
+    async def resume(self, execution_id: str, value: Any = None, *, path: str | None = None,
+                     force: bool = False, by: str | None = None) -> RunResult:
         """Continue an execution (with a decision, or after a crash)."""
         ...
 
@@ -88,6 +89,20 @@ def load_app(spec: str) -> list[Resumable]:
     return found
 
 
+@dataclass(frozen=True)
+class Decision:
+    """A decision as the journal holds it: who decided what, when, for which call."""
+
+    path: str
+    value: Any
+    at: datetime
+    by: str | None
+    """Who decided (``cli:alice``, ``page:bob``, ``deadline``), when the decider said."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"path": self.path, "value": self.value, "at": self.at.isoformat(), "by": self.by}
+
+
 @dataclass
 class Timeline:
     """One execution as an operator reads it."""
@@ -95,6 +110,28 @@ class Timeline:
     execution: Execution
     pending: list[PendingInterrupt]
     entries: list[JournalEntry] = field(default_factory=list)
+
+    @property
+    def decision(self) -> Decision | None:
+        """The decision a ``decided`` execution waits to have carried out (the latest one)."""
+        if self.execution.status != "decided":
+            return None
+        for entry in reversed(self.entries):
+            payload: Any = entry.payload
+            if entry.kind == "resumed" and isinstance(payload, dict):
+                by = payload.get("by")
+                return Decision(entry.path, payload.get("value"), entry.created_at, by if isinstance(by, str) else None)
+        return None
+
+    def as_json(self) -> dict[str, Any]:
+        """What ``tether show --json`` prints and ``GET /api/executions/{id}`` answers."""
+        decision = self.decision
+        return {
+            "execution": self.execution.model_dump(mode="json"),
+            "pending": [p.model_dump(mode="json") for p in self.pending],
+            "decision": None if decision is None else decision.as_json(),
+            "journal": [e.model_dump(mode="json") for e in self.entries],
+        }
 
 
 class Operator:
@@ -115,9 +152,8 @@ class Operator:
         return await self.store.list_pending(path_prefix=path_prefix, limit=limit)
 
     async def executions(self, status: str | None = None, *, limit: int = 100) -> list[Execution]:
-        """Executions, most recently updated first."""
-        found = await self.store.list_executions(status=status, limit=limit)  # type: ignore[arg-type]
-        return sorted(found, key=lambda e: e.updated_at, reverse=True)
+        """Executions, most recently updated first, across the whole store."""
+        return await self.store.list_executions(status=status, limit=limit, recent=True)  # type: ignore[arg-type]
 
     async def show(self, execution_id: str) -> Timeline:
         """The execution, its pending interrupts and its whole journal.
@@ -150,13 +186,16 @@ class Operator:
         return None
 
     async def decide(self, execution_id: str, value: BaseModel | dict[str, Any], *, path: str | None = None,
-                     seq: int | None = None) -> None:
-        """Claim a pending interrupt with a decision (validated first); the run is not continued here."""
+                     seq: int | None = None, by: str | None = None) -> None:
+        """Claim a pending interrupt with a decision (validated first); the run is not continued here.
+
+        The execution is ``decided`` until a process with its runner carries the decision out.
+        """
         async with Runtime(self.store) as rt:
-            await rt.claim(execution_id, value, path=path, seq=seq)
+            await rt.claim(execution_id, value, path=path, seq=seq, by=by)
 
     async def carry_on(self, execution_id: str, value: BaseModel | dict[str, Any] | None = None, *,
-                       path: str | None = None) -> RunResult:
+                       path: str | None = None, force: bool = False, by: str | None = None) -> RunResult:
         """Continue an execution in this process: with a decision, or from its journal.
 
         Raises:
@@ -174,12 +213,12 @@ class Operator:
                 f"{known}. Pass --app module:attr naming the runner that started it."
             )
         runner.store = self.store  # the operator's store is the one that holds this execution
-        return await runner.resume(execution_id, value, path=path)
+        return await runner.resume(execution_id, value, path=path, force=force, by=by)
 
-    async def cancel(self, execution_id: str) -> RunResult:
+    async def cancel(self, execution_id: str, *, force: bool = False) -> RunResult:
         """Stop a paused or crashed execution for good."""
         async with Runtime(self.store) as rt:
-            return await rt.cancel(execution_id)
+            return await rt.cancel(execution_id, force=force)
 
     async def prune(self, older_than: timedelta) -> int:
         """Delete finished executions last updated longer ago than ``older_than``."""

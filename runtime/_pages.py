@@ -1,7 +1,9 @@
 """The HTML of the operator pages: server-rendered, no build step, every value escaped.
 
 A tool's interrupt context is untrusted input (it may hold whatever a user typed
-into an agent), so nothing reaches the page without `html.escape`.
+into an agent), so nothing reaches the page without `html.escape`. An execution id
+may hold any character (``/``, ``?``, ``#``, ``%`` too), so a link percent-encodes it
+whole. Every link starts with ``base``, the path the app is mounted at.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import json
 from html import escape
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from ._operator import age, summarize
 
@@ -34,7 +37,13 @@ def page(title: str, body: str) -> str:
             f"<body>{body}</body></html>")
 
 
-def approvals(pending: list[PendingInterrupt], csrf: str, *, flash: str = "", error: str = "") -> str:
+def execution_href(execution_id: str, base: str = "") -> str:
+    """The path of an execution's timeline page (not yet HTML-escaped)."""
+    return f"{base}/executions/{quote(execution_id, safe='')}"
+
+
+def approvals(pending: list[PendingInterrupt], csrf: str, *, base: str = "", flash: str = "",
+              error: str = "") -> str:
     """Pending interrupts, each with its full path, reason, context, and Approve / Reject."""
     parts = ["<h1>Approvals</h1>"]
     if flash:
@@ -43,20 +52,20 @@ def approvals(pending: list[PendingInterrupt], csrf: str, *, flash: str = "", er
         parts.append(f"<p class=error role=alert>{escape(error)}</p>")
     if not pending:
         parts.append("<p id=empty>Nothing is waiting for a decision.</p>")
-    parts.extend(_card(row, csrf) for row in pending)
+    parts.extend(_card(row, csrf, base) for row in pending)
     return page("Approvals - tether", "".join(parts))
 
 
-def _card(row: PendingInterrupt, csrf: str) -> str:
+def _card(row: PendingInterrupt, csrf: str, base: str) -> str:
     """One pending interrupt and its decision form; ``seq`` pins the suspension the operator saw."""
     return (
         f"<section class=card data-testid=pending data-execution='{escape(row.execution_id)}'>"
-        f"<div><a href='/executions/{escape(row.execution_id)}'>{escape(row.execution_id)}</a> "
+        f"<div><a href='{escape(execution_href(row.execution_id, base))}'>{escape(row.execution_id)}</a> "
         f"&middot; waiting {escape(age(row.created_at))}</div>"
         f"<div><code data-testid=path>{escape(row.agent_path)}</code></div>"
         f"<div>reason: <strong data-testid=reason>{escape(row.reason)}</strong></div>"
         f"<pre data-testid=context>{escape(json.dumps(row.context, indent=2, ensure_ascii=False))}</pre>"
-        f"<form method=post action=/approvals/decide>"
+        f"<form method=post action='{escape(base)}/approvals/decide'>"
         f"<input type=hidden name=csrf value='{escape(csrf)}'>"
         f"<input type=hidden name=execution_id value='{escape(row.execution_id)}'>"
         f"<input type=hidden name=path value='{escape(row.agent_path)}'>"
@@ -69,11 +78,12 @@ def _card(row: PendingInterrupt, csrf: str) -> str:
     )
 
 
-def timeline(view: Timeline) -> str:
+def timeline(view: Timeline, *, base: str = "") -> str:
     """One execution: status, output or error, pending interrupts, and the journal."""
     e = view.execution
     parts = [
-        f"<p><a href=/approvals>&larr; approvals</a></p><h1>{escape(e.execution_id)}</h1>",
+        f"<p><a href='{escape(base)}/approvals'>&larr; approvals</a></p>",
+        f"<h1 data-testid=execution>{escape(e.execution_id)}</h1>",
         (f"<p><code>{escape(e.root_path)}</code> &middot; <strong data-testid=status>{escape(e.status)}</strong>"
          f" &middot; updated {escape(age(e.updated_at))} ago</p>"),
     ]
@@ -81,6 +91,14 @@ def timeline(view: Timeline) -> str:
         parts.append(f"<p>output:</p><pre data-testid=output>{escape(_pretty(e.result))}</pre>")
     if e.error:
         parts.append(f"<p class=error>{escape(e.error)}</p>")
+    decision = view.decision
+    if decision is not None:
+        parts.append(
+            f"<p data-testid=decision>decided {escape(f'{decision.at:%Y-%m-%d %H:%M:%S}')} UTC by "
+            f"<strong>{escape(decision.by or 'someone')}</strong> at <code>{escape(decision.path)}</code>: "
+            f"<code>{escape(json.dumps(decision.value, ensure_ascii=False))}</code>. Recorded; it goes on when "
+            f"a process with its runner takes it up (a worker, or the application serving decisions).</p>"
+        )
     parts.extend(f"<p>pending at <code>{escape(row.agent_path)}</code>: {escape(row.reason)}</p>"
                  for row in view.pending)
     rows = "".join(
@@ -93,11 +111,11 @@ def timeline(view: Timeline) -> str:
     return page(f"{e.execution_id} - tether", "".join(parts))
 
 
-def login(csrf: str, *, error: str = "") -> str:
+def login(csrf: str, *, base: str = "", error: str = "") -> str:
     """The token form shown when the server is protected."""
     problem = f"<p class=error role=alert>{escape(error)}</p>" if error else ""
     return page("Log in - tether", (
-        f"<h1>tether</h1>{problem}<form method=post action=/login>"
+        f"<h1>tether</h1>{problem}<form method=post action='{escape(base)}/login'>"
         f"<input type=hidden name=csrf value='{escape(csrf)}'>"
         f"<label>token <input type=password name=token required autofocus></label>"
         f"<button>Log in</button></form>"

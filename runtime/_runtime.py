@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import random
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, Self
 
@@ -22,14 +20,16 @@ from tether.stores import (
     Store,
     StoreError,
     StoreUnavailable,
+    TetherError,
     UsageError,
 )
 
 from . import _faults
-from ._actor import segment
+from ._actor import check_name, segment
 from ._execution import ExecutionState, RunResult, Start
 from ._interrupt import Resume, loaded_model
-from ._journal import PROCESS_OWNER, LeaseHolder
+from ._journal import LeaseHolder, take_lease
+from ._owners import is_dead, process_owner, tag
 from ._supervision import Group, Settings
 from ._supervision_types import RestartPolicy, SupervisionStrategy
 
@@ -81,7 +81,7 @@ class Runtime:
             store = wrap(store)  # a test's in-process crash: see tether.runtime.testing
         self.store = store
         # Each runtime is its own lease owner, so two runtimes in one process exclude each other.
-        owner = f"{PROCESS_OWNER}/{_tag()}"
+        owner = f"{process_owner()}/{tag()}"
         self._settings = Settings(store, mailbox_size, lease_seconds, snapshot_every, owner)
         self._max_restarts = max_restarts
         self._within = within
@@ -191,7 +191,10 @@ class Runtime:
         ``self.context.finish(output)``. Every actor it spawns durably journals into
         the execution. The execution id is an idempotency key: running an id that
         already completed returns its stored result, one that is paused returns the
-        paused result, and one whose process died is recovered.
+        paused result, and one that can make progress here is continued: one whose
+        process died (at once when that process is provably dead on this machine,
+        else once its lease expires), one with a decision recorded and not yet
+        carried out, one started detached.
 
         Args:
             factory: The root actor's class.
@@ -201,10 +204,11 @@ class Runtime:
 
         Raises:
             LeaseHeld: Another live process is running this execution.
+            ConfigurationError: ``name`` is not a valid path segment.
         """
         store = self._store()
         kind = getattr(factory, "kind", "actor")
-        name = name or kind
+        name = check_name(kind, name if name is not None else kind)
         root_path = segment(kind, name)
         owner = self._drive_owner(execution_id)
         started = await store.start_execution(
@@ -214,12 +218,16 @@ class Runtime:
         )
         if started.created:
             assert started.lease is not None
-            return await self._drive(factory, name, started.lease, Start(input=input))
+            _faults.reached("after_start")
+            return await self._drive(factory, name, started.lease, Start(input=input), fresh=True)
         execution = started.execution
-        if execution.status != "running":
+        if execution.status not in ("running", "decided", "queued"):
             return await self.result(execution_id)
+        check_runner(execution, factory)
         lease = await self._take_over(execution_id, owner)
-        return await self._drive(factory, name, lease, None) if lease else await self.result(execution_id)
+        if lease is None:
+            return await self.result(execution_id)
+        return await self._drive(factory, name, lease, Start(input=execution.input))
 
     def _drive_owner(self, execution_id: str, *, drive: bool = True) -> str:
         """A lease owner for one drive: two drives of one id in this runtime exclude each other.
@@ -228,7 +236,7 @@ class Runtime:
         (a claim only borrows the dead owner's name, to be let past its lease).
         """
         heir = _faults.heirs.pop(execution_id, None) if drive else _faults.heirs.get(execution_id)
-        return heir or f"{self._settings.owner}/{_tag()}"
+        return heir or f"{self._settings.owner}/{tag()}"
 
     async def resume(
         self,
@@ -237,6 +245,8 @@ class Runtime:
         value: BaseModel | dict[str, Any] | None = None,
         *,
         path: str | None = None,
+        force: bool = False,
+        by: str | None = None,
     ) -> RunResult:
         """Continue an execution: with a decision for its pending interrupt, or after a crash.
 
@@ -246,11 +256,27 @@ class Runtime:
         A resume recorded by a process that died right after its claim is carried
         out by the next recovery, with the same decision.
 
+        The lease of a process that died on this machine is taken over at once
+        (tether proves the death from the process table); one held on another
+        machine is waited out, unless ``force``: then it is taken regardless, and
+        the journal says who forced it. Force only a run whose process you know
+        is gone: a live one is fenced out, and its work since its last boundary is lost.
+
+        Args:
+            factory: The root actor's class.
+            execution_id: Which execution.
+            value: The decision; a dict or model that validates as what the suspended
+                call expects (a `Resume` by default, which must say ``approved``).
+            path: Which pending interrupt, when several are pending.
+            force: Take the lease over even from an owner that may be alive.
+            by: Who decides (journaled with the decision), e.g. ``"cli:alice"``.
+
         Raises:
             AlreadyResumed: Someone else claimed this interrupt first; nothing changed.
             NoPendingInterrupt: Nothing is pending at ``path``.
             LeaseHeld: Another live process is running the execution.
             ExecutionNotFound: No such execution.
+            ExecutionFinished: It was cancelled (a decision for it is refused).
             pydantic.ValidationError: ``value`` is not a valid decision; nothing was claimed.
         """
         store = self._store()
@@ -263,15 +289,17 @@ class Runtime:
         name = execution.root_path.partition(":")[2]
         owner = self._drive_owner(execution_id)
         if value is not None:
-            await self._claim(execution_id, value, path, owner)
+            await self._claim(execution_id, value, path, owner, force=force, by=by)
         try:
-            lease = await self._take_over(execution_id, owner)
+            lease = await self._take_over(execution_id, owner, force=force)
         except LeaseHeld:
             if value is None:
                 raise
             # A worker took the decided execution up first: it carries the decision out.
             return await self.result(execution_id)
-        return await self._drive(factory, name, lease, None) if lease else await self.result(execution_id)
+        if lease is None:
+            return await self.result(execution_id)
+        return await self._drive(factory, name, lease, Start(input=execution.input))
 
     async def claim(
         self,
@@ -280,16 +308,17 @@ class Runtime:
         *,
         path: str | None = None,
         seq: int | None = None,
+        by: str | None = None,
     ) -> None:
         """Record a decision for a pending interrupt without continuing the execution here.
 
         The claim is the same atomic one `resume` makes: afterwards the decision is
-        in the journal, and whichever process next recovers the execution (this
-        one with ``resume(factory, execution_id)``, a worker, another server)
-        carries it out. For servers that answer a request once the decision is
-        safe, and continue the run elsewhere. ``seq`` pins the suspension the
-        decider saw: a late click for an earlier interrupt at the same path is
-        refused instead of deciding a newer one.
+        in the journal, the execution is ``decided``, and whichever process next
+        takes it up (this one with ``resume(factory, execution_id)``, a worker, an
+        application serving decisions, another server) carries it out. For servers
+        that answer a request once the decision is safe, and continue the run
+        elsewhere. ``seq`` pins the suspension the decider saw: a late click for an
+        earlier interrupt at the same path is refused instead of deciding a newer one.
 
         Raises:
             AlreadyResumed, NoPendingInterrupt, LeaseHeld, ExecutionNotFound: As for `resume`.
@@ -297,13 +326,20 @@ class Runtime:
         """
         if await self._store().get_execution(execution_id) is None:
             raise ExecutionNotFound(execution_id)
-        await self._claim(execution_id, value, path, self._drive_owner(execution_id, drive=False), seq)
+        await self._claim(execution_id, value, path, self._drive_owner(execution_id, drive=False), seq, by=by)
 
     async def _claim(self, execution_id: str, value: BaseModel | dict[str, Any], path: str | None,
-                     owner: str, seq: int | None = None) -> None:
+                     owner: str, seq: int | None = None, *, force: bool = False, by: str | None = None) -> None:
         decision = await self._validate_decision(execution_id, value, path)
-        # Refused (LeaseHeld, nothing consumed) while another process runs the execution.
-        await self._store().claim(execution_id, decision, path=path, seq=seq, owner=owner)
+        store = self._store()
+        try:
+            # Refused (LeaseHeld, nothing consumed) while another process runs the execution.
+            await store.claim(execution_id, decision, path=path, seq=seq, owner=owner, by=by)
+        except LeaseHeld as held:
+            if not (force or is_dead(held.owner)):
+                raise
+            # Its process is gone: the decision is carried out by whoever takes the lease over.
+            await store.claim(execution_id, decision, path=path, seq=seq, owner=held.owner, by=by)
         _faults.reached("after_claim")
 
     async def _validate_decision(
@@ -319,29 +355,53 @@ class Runtime:
             [suspended] = await store.read_journal(execution_id, after_seq=target[0].seq - 1, limit=1)
             name = suspended.payload.get("expect") if isinstance(suspended.payload, dict) else None
             if isinstance(name, str):
-                expected = loaded_model(name) or Resume
+                found = loaded_model(name)
+                if found is None:
+                    raise ConfigurationError(
+                        f"The interrupt of {execution_id!r} at {target[0].agent_path!r} expects a decision of "
+                        f"type {name.rpartition(':')[2]} ({name}), which this process does not define, so it "
+                        f"cannot check this one; nothing was claimed. Decide from a process that loads the "
+                        f"application's code (--app module:attr)."
+                    )
+                expected = found
         # Raises pydantic.ValidationError; nothing has been claimed yet.
         return expected.model_validate(data).model_dump(mode="json")
 
-    async def _take_over(self, execution_id: str, owner: str) -> Lease | None:
-        """Take the execution's lease, or None if it finished meanwhile (another process ran it)."""
+    async def _take_over(self, execution_id: str, owner: str, *, force: bool = False) -> Lease | None:
+        """Take the execution's lease, or None if it finished meanwhile (another process ran it).
+
+        A lease whose owner provably died on this machine is taken at once, and so is
+        any lease when ``force``; either way the journal records the takeover.
+
+        Raises:
+            LeaseHeld: A live owner (or one that cannot be judged) holds it, and not ``force``.
+        """
+        store = self._store()
         try:
-            return await self._store().acquire_lease(execution_id, owner=owner,
-                                                     lease_seconds=self._settings.lease_seconds)
+            return await take_lease(store, execution_id, owner=owner, lease_seconds=self._settings.lease_seconds,
+                                    path=await self._root_path(execution_id), force=force)
         except ExecutionFinished:
             return None
 
-    async def cancel(self, execution_id: str) -> RunResult:
+    async def _root_path(self, execution_id: str) -> str:
+        execution = await self._store().get_execution(execution_id)
+        if execution is None:
+            raise ExecutionNotFound(execution_id)
+        return execution.root_path
+
+    async def cancel(self, execution_id: str, *, force: bool = False) -> RunResult:
         """Stop a paused (or crashed) execution for good: ``cancelled``, nothing pending.
+
+        The lease of a process that died on this machine is taken over at once; with
+        ``force``, any lease is (see `resume`).
 
         Raises:
             LeaseHeld: A live process is running it; cancel it there.
             ExecutionNotFound: No such execution.
         """
-        store = self._store()
-        lease = await store.acquire_lease(execution_id, owner=self._settings.owner,
-                                          lease_seconds=self._settings.lease_seconds)
-        await store.release_lease(lease, status="cancelled")
+        lease = await self._take_over(execution_id, f"{self._settings.owner}/{tag()}", force=force)
+        if lease is not None:
+            await self._store().release_lease(lease, status="cancelled")
         return await self.result(execution_id)
 
     async def result(self, execution_id: str) -> RunResult:
@@ -355,9 +415,13 @@ class Runtime:
                          pending_interrupt=pending[0] if pending else None, pending=pending,
                          error=execution.error)
 
-    async def _drive(self, factory: ActorFactory, name: str, lease: Lease, start: Start | None) -> RunResult:
+    async def _drive(self, factory: ActorFactory, name: str, lease: Lease, start: Start, *,
+                     fresh: bool = False) -> RunResult:
         """Run the execution's tree until it finishes, pauses or fails, then give up the lease.
 
+        ``start`` goes to the root when its journal shows it never received one (a
+        new execution, ``fresh``, or one whose process died before its first
+        boundary); otherwise the root continues from its journal.
         The lease is renewed in the background. If another process took it over
         (this one paused too long, or was cut off), the tree stops: its writes
         are refused anyway, and the result is whatever the other process makes.
@@ -369,19 +433,19 @@ class Runtime:
         try:
             async with anyio.create_task_group() as renewal:
                 renewal.start_soon(self._keep_lease, state)
-                # A drive with a Start begins an execution whose journal is empty.
                 root = await group.start_child(factory, name, restart="temporary", durable=True, root=True,
-                                               fresh=start is not None)
-                if start is not None:
+                                               fresh=fresh)
+                if fresh or not root._slot.accepted:
                     await root.send(start)
                 await state.done.wait()
                 if state.holder.renewing:  # else the keeper ends by itself: a cancel costs a task's repr
                     renewal.cancel_scope.cancel()
         except BaseException as exc:
+            fenced = _leaves_are(exc, StaleLease)  # taken over before the tree even started
             with anyio.CancelScope(shield=True):
                 await group.stop_all()
                 group.close()
-                if not state.lost:
+                if not (state.lost or fenced):
                     with contextlib.suppress(StoreError):
                         if isinstance(exc, Exception) and not _outage(exc):
                             # It cannot even start (a state that no longer loads, say): a verdict,
@@ -392,6 +456,11 @@ class Runtime:
                             # Stopped from outside (a worker shutting down, the store away): hand
                             # the lease back, so another process continues from the journal at once.
                             await self.store.release_lease(state.holder.lease)
+            if fenced:
+                return await self.result(lease.execution_id)  # the other process decides the outcome
+            leaf = _tether_leaf(exc)
+            if leaf is not None and leaf is not exc:
+                raise leaf from exc  # tether's own error, not the task group around it
             raise
         with anyio.CancelScope(shield=True):
             await group.stop_all()
@@ -458,9 +527,8 @@ class Runtime:
         if execution is None:
             raise ExecutionNotFound(lease.execution_id)
         check_runner(execution, factory)
-        started = bool(await store.read_journal(lease.execution_id, limit=1))
-        start = None if started else Start(input=execution.input)
-        return await self._drive(factory, execution.root_path.partition(":")[2], lease, start)
+        return await self._drive(factory, execution.root_path.partition(":")[2], lease,
+                                 Start(input=execution.input))
 
     async def enqueue(
         self,
@@ -476,21 +544,36 @@ class Runtime:
         where it stands.
         """
         kind = getattr(factory, "kind", "actor")
+        name = check_name(kind, name if name is not None else kind)
         await self._store().enqueue_execution(
             NewExecution(execution_id=execution_id, runner=getattr(factory, "__qualname__", kind),
-                         root_path=segment(kind, name or kind), fingerprint=getattr(factory, "fingerprint", ""),
+                         root_path=segment(kind, name), fingerprint=getattr(factory, "fingerprint", ""),
                          input=input),
         )
         return await self.result(execution_id)
 
 
-_tags = random.Random()  # tether's own: a program that seeds `random` must not make owners alike
-os.register_at_fork(after_in_child=_tags.seed)  # siblings forked from one parent differ too
+def _leaves(error: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, or the error itself."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
 
 
-def _tag() -> str:
-    """Eight random hex digits that tell owners in one process apart (uuid4 costs a system call a run)."""
-    return f"{_tags.getrandbits(32):08x}"
+def _leaves_are(error: BaseException, kind: type[BaseException]) -> bool:
+    return all(isinstance(leaf, kind) for leaf in _leaves(error))
+
+
+def _tether_leaf(error: BaseException) -> BaseException | None:
+    """What to raise instead of a task group's exception group, if anything.
+
+    The first of tether's errors when it holds nothing else, or the only error it
+    holds (never a cancellation).
+    """
+    leaves = _leaves(error)
+    if all(isinstance(leaf, TetherError) for leaf in leaves):
+        return leaves[0]
+    return leaves[0] if len(leaves) == 1 and isinstance(leaves[0], Exception) else None
 
 
 def _outage(error: BaseException | None) -> bool:

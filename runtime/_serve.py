@@ -7,17 +7,22 @@ import logging
 from typing import TYPE_CHECKING
 
 import anyio
-from tether.stores import ConfigurationError, open_store
+from tether.stores import ConfigurationError, StoreNotFound, open_store
 
 from ._http import create_app
 
 if TYPE_CHECKING:
     from ._operator import Resumable
 
+log = logging.getLogger("tether.http")
+
 
 def serve_forever(store_url: str, runners: list[Resumable], *, host: str, port: int, token: str | None,
                   backend: str) -> None:
     """Serve until interrupted. Off loopback, a token is required.
+
+    Without ``runners`` it still serves, and warns that a decision made here is
+    only recorded: a worker, or `tether resume ID --app ...`, carries it out.
 
     Raises:
         ConfigurationError: A non-loopback ``host`` without a token.
@@ -30,10 +35,21 @@ def serve_forever(store_url: str, runners: list[Resumable], *, host: str, port: 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
     async def main() -> None:
-        async with open_store(store_url) as store:
+        # The page never makes or migrates a store. One that is not there yet (the application
+        # has not run) is looked for again at each request, which answers 503 until then.
+        store = open_store(store_url, create=False)
+        try:
+            await store.setup()
+        except StoreNotFound as missing:
+            log.warning("%s The pages and the API answer 503 until it exists.", missing)
+        try:
             app = create_app(store, runners, token=token)
-            logging.getLogger("tether.http").info("serving %s on http://%s:%d/approvals (%s)",
-                                                  store_url, host, port, backend)
+            log.info("serving %s on http://%s:%d/approvals (%s)", store_url, host, port, backend)
+            if not runners:
+                # Said at start: otherwise an approval made here looks as if it set the run going.
+                log.warning("no runners here (no --app): decisions are recorded, but no process here "
+                            "continues them. Pass --app module:attr to continue them in this server, or run "
+                            "`tether worker --app module:attr` on the same store.")
             if backend == "trio":
                 from hypercorn.config import Config
                 from hypercorn.trio import serve
@@ -46,6 +62,8 @@ def serve_forever(store_url: str, runners: list[Resumable], *, host: str, port: 
                 import uvicorn
 
                 await uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).serve()
+        finally:
+            await store.aclose()
 
     anyio.run(main, backend=backend)
 

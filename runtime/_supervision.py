@@ -26,7 +26,7 @@ from ._actor import Actor, ActorContext, ActorFactory, segment
 from ._errors import ActorCrashed, ActorStopped, SupervisionEscalated
 from ._execution import ExecutionState, Start
 from ._idempotent import Step, current_step
-from ._interrupt import CallScope, Interrupted, Parked, Suspended, current_call
+from ._interrupt import CallScope, Interrupted, Parked, Suspended, Suspension, current_call
 from ._journal import ActorJournal, MessageCodec
 from ._ref import ActorRef, Envelope, Reply
 from ._supervision_types import RestartPolicy, SupervisionStrategy
@@ -118,6 +118,11 @@ class Slot:
     async def stop(self) -> None:
         await self.group.stop_child(self)
 
+    @property
+    def accepted(self) -> int:
+        """Messages its journal holds as accepted (0 for an actor that keeps none)."""
+        return 0 if self.journal is None else self.journal.accepted
+
     # -- one incarnation ---------------------------------------------------------
 
     async def run(self, task_status: anyio.abc.TaskStatus[None]) -> None:
@@ -206,10 +211,13 @@ class Slot:
         try:
             try:
                 reply = await instance.receive(envelope.message)
-            except Exception as exc:
+            except BaseException as exc:
                 signals = _suspension_signals(exc)
                 if signals is None or self.journal is None:
-                    raise
+                    failure = _failure(exc)
+                    if failure is exc:
+                        raise
+                    raise failure from None
                 await self._suspend(instance, envelope, before or {}, signals)
                 return
             if self.journal is not None:
@@ -245,7 +253,7 @@ class Slot:
             self.execution.end("completed", self.finish[1])
 
     async def _suspend(self, instance: Actor[Any], envelope: Envelope, before: dict[str, Any],
-                       signals: list[Exception]) -> None:
+                       signals: list[Suspension]) -> None:
         """Park the message an interrupt() stopped; its changes to the state are dropped."""
         assert self.journal is not None
         instance.state = type(instance.state).model_validate(before)
@@ -372,8 +380,10 @@ class Group:
         except BaseException:
             del self.children[path]
             slot.close(None)
-            with anyio.CancelScope(shield=True):
-                if journal is not None:
+            # A standalone actor gives its own lease back; inside an execution the lease is
+            # the whole tree's (its drive gives it back).
+            if journal is not None and self.execution is None:
+                with anyio.CancelScope(shield=True):
                     await journal.release()
             raise
         return slot.ref
@@ -500,12 +510,12 @@ def _unwrap(error: BaseException) -> BaseException:
     return error
 
 
-def _suspension_signals(error: BaseException) -> list[Exception] | None:
-    """The interrupt signals an error consists of, or None if it is a real failure."""
-    if isinstance(error, Interrupted | Suspended | Parked):
+def _suspension_signals(error: BaseException) -> list[Suspension] | None:
+    """The pause signals an error consists of, or None if it is (or holds) anything else."""
+    if isinstance(error, Suspension):
         return [error]
     if isinstance(error, BaseExceptionGroup):
-        found: list[Exception] = []
+        found: list[Suspension] = []
         for inner in error.exceptions:
             signals = _suspension_signals(inner)
             if signals is None:
@@ -513,6 +523,20 @@ def _suspension_signals(error: BaseException) -> list[Exception] | None:
             found += signals
         return found
     return None
+
+
+def _failure(error: BaseException) -> BaseException:
+    """A handler's error as a failure: a group of failures and pauses fails with its failures.
+
+    A branch that paused beside one that failed does not matter: the message failed.
+    Anything else (a cancellation among them, say) is left as it is.
+    """
+    if not isinstance(error, BaseExceptionGroup):
+        return error
+    failures, rest = error.split(Exception)
+    if failures is None or (rest is not None and _suspension_signals(rest) is None):
+        return error
+    return failures
 
 
 def _as_json(value: Any) -> Any:

@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import fcntl
 import logging
-import os
-import socket
-import uuid
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Self
 
 import anyio
+import anyio.abc
 from tether.stores import (
     AlreadyResumed,
     ConfigurationError,
@@ -39,6 +37,7 @@ from tether.stores import (
 
 from . import _clock
 from ._operator import Operator
+from ._owners import process_owner, tag
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -62,7 +61,7 @@ class ExecutionWorker:
         lease_seconds: How long a dead worker's executions wait before another takes them.
         poll_interval: Seconds between looks when no notification comes (timers are
             at most this late; Postgres notifications make decisions immediate).
-        name: Its lease owner name (default: host, pid and a random suffix).
+        name: Its lease owner name (default: this process's identity and a random tag).
         on_result: Called with each result (an end, or a pause) of a run it made.
         notify: Listen for Postgres notifications (else poll only).
 
@@ -94,7 +93,9 @@ class ExecutionWorker:
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        # The process's identity leads the name, so that a run it held when it died is taken
+        # over at once by a recovery on the same machine (see _owners.py).
+        self.name = name or f"{process_owner()}/w{tag()}"
         self.on_result = on_result
         self.notify = notify
         self.completed = 0
@@ -199,6 +200,41 @@ class ExecutionWorker:
 
     def _poke(self) -> None:
         self._wake.set()
+
+
+async def serve_executions(
+    store: Store,
+    runners: Sequence[Resumable],
+    *,
+    concurrency: int = 4,
+    lease_seconds: float = 30.0,
+    poll_interval: float = 1.0,
+    task_status: anyio.abc.TaskStatus[ExecutionWorker] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Continue, in this process, the executions of ``runners`` that are ready, until cancelled.
+
+    What a ``tether worker`` does, inside an application: decisions recorded by
+    any process (``tether resume``, the approvals page, the API) are carried out,
+    durable timers and approval deadlines fire, detached starts start, and runs
+    whose process died are recovered. Run it in the application's task group;
+    ``await tg.start(serve_executions, store, runners)`` returns the worker once
+    it listens (call ``worker.stop()`` to let running executions finish first).
+
+    On SQLite, one such process per database file (a file lock says so); a
+    decision is taken up within ``poll_interval``. On Postgres, any number, each
+    woken by a notification within milliseconds.
+
+    Example:
+        ```python
+        async with SQLiteStore("app.db") as store, anyio.create_task_group() as tg:
+            await tg.start(serve_executions, store, [refund_chain])
+            ...  # the application's own work; decisions made anywhere are carried out here
+        ```
+    """
+    async with ExecutionWorker(store, runners, concurrency=concurrency, lease_seconds=lease_seconds,
+                               poll_interval=poll_interval) as worker:
+        task_status.started(worker)
+        await worker.serve()
 
 
 async def decide_overdue(store: Store, roots: Sequence[str] | None = None) -> list[str]:

@@ -4,8 +4,9 @@
 TetherError
 ├── StoreError
 │   ├── StoreUnavailable      the database cannot be reached or used; __cause__ is the driver error
+│   ├── StoreNotFound         no tether store where one was expected (nothing was created)
 │   ├── StoreCorrupted        the file or schema is not a tether store, or is damaged
-│   ├── SchemaVersionError    the database was written by a newer tether
+│   ├── SchemaVersionError    the database's schema is not the one this tether writes
 │   ├── ExecutionNotFound     no execution with that id
 │   ├── ExecutionFinished     the execution is completed, failed or cancelled
 │   ├── LeaseHeld             another live process holds the execution's lease
@@ -39,20 +40,36 @@ class StoreUnavailable(StoreError):
     """The database cannot be reached or used; ``__cause__`` is the driver's error."""
 
 
+class StoreNotFound(StoreError):
+    """No tether store at the given location, and the store was opened with ``create=False``.
+
+    Raised before anything is written: a missing file is not created, a database
+    without tether's tables is left as it is.
+    """
+
+
 class StoreCorrupted(StoreError):
     """The database is not a tether store, or it is damaged."""
 
 
 class SchemaVersionError(StoreError):
-    """The database was migrated by a newer version of tether than this one."""
+    """The database's schema version is not the one this tether writes.
+
+    Newer: it was migrated by a newer tether. Older: it needs migrating, and the
+    store was opened with ``create=False``, which never migrates.
+    """
 
     def __init__(self, found: int, supported: int) -> None:
         self.found = found
         self.supported = supported
-        super().__init__(
-            f"The database has schema version {found}, newer than the {supported} this "
-            f"version of tether understands. Upgrade tether, or use another database."
-        )
+        if found > supported:
+            detail = (f"newer than the {supported} this version of tether understands. "
+                      f"Upgrade tether, or use another database.")
+        else:
+            detail = (f"older than the {supported} this version of tether writes, and this command "
+                      f"never migrates. Migrate it (`tether migrate --store URL`, or open it from your "
+                      f"application), then try again.")
+        super().__init__(f"The database has schema version {found}, {detail}")
 
 
 class ExecutionNotFound(StoreError):

@@ -51,11 +51,18 @@ def dumps(value: Any, *, what: str = "value") -> str:
 
 
 def loads(text: str) -> Any:
-    """Parse JSON text that the store wrote itself."""
+    """Parse JSON text that the store wrote itself, or raise `StoreCorrupted`: only damage gets there.
+
+    The store wrote valid JSON, and its database validates nothing: text that does
+    not parse (or a value that is no text at all) means the file changed under it.
+    """
     try:
         return json.loads(text)
-    except ValueError as exc:  # pragma: no cover - only a damaged database gets here
-        raise StoreCorrupted(f"A stored JSON value cannot be parsed: {exc}") from exc
+    except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+        raise StoreCorrupted(
+            f"The database is damaged: a stored JSON value cannot be parsed ({exc}). Restore it "
+            f"from a backup, or point the store at another file; `tether doctor` lists the damage."
+        ) from exc
 
 
 def entry_rows(entries: Sequence[NewEntry]) -> list[tuple[str, str, str, str]]:

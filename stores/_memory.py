@@ -155,7 +155,7 @@ class MemoryStore(Store):
         def due(ex: Execution) -> bool:
             if roots is not None and ex.root_path not in roots:
                 return False
-            if ex.status in ("queued", "paused"):
+            if ex.status in ("queued", "paused", "decided"):
                 return ex.wake_at is not None and ex.wake_at <= now
             return ex.status == "running" and (ex.lease_expires_at is None or ex.lease_expires_at <= now)
 
@@ -182,21 +182,30 @@ class MemoryStore(Store):
         status: ExecutionStatus | None = None,
         limit: int = 100,
         after: Execution | None = None,
+        recent: bool = False,
     ) -> list[Execution]:
         check_limit(limit)
         await self._enter()
-        rows = sorted((r.execution for r in self._runs.values()),
-                      key=lambda e: (e.created_at, e.execution_id))
+        if recent:
+            rows = sorted((r.execution for r in self._runs.values()),
+                          key=lambda e: (e.updated_at, e.execution_id), reverse=True)
+        else:
+            rows = sorted((r.execution for r in self._runs.values()), key=lambda e: (e.created_at, e.execution_id))
         if status is not None:
             rows = [e for e in rows if e.status == status]
-        if after is not None:
+        if after is not None and recent:
+            mark = (after.updated_at, after.execution_id)
+            rows = [e for e in rows if (e.updated_at, e.execution_id) < mark]
+        elif after is not None:
             mark = (after.created_at, after.execution_id)
             rows = [e for e in rows if (e.created_at, e.execution_id) > mark]
         return [_copied(e) for e in rows[:limit]]
 
     # -- leases ----------------------------------------------------------------
 
-    async def acquire_lease(self, execution_id: str, *, owner: str, lease_seconds: float) -> Lease:
+    async def acquire_lease(
+        self, execution_id: str, *, owner: str, lease_seconds: float, replacing: str | None = None
+    ) -> Lease:
         await self._enter()
         run = self._get(execution_id)
         ex = run.execution
@@ -204,7 +213,7 @@ class MemoryStore(Store):
         if ex.status in FINAL_STATUSES:
             raise ExecutionFinished(execution_id, ex.status)
         held = ex.lease_owner is not None and ex.lease_expires_at is not None
-        if held and ex.lease_owner != owner and ex.lease_expires_at > _ts(now):  # type: ignore[operator]
+        if held and ex.lease_owner not in (owner, replacing) and ex.lease_expires_at > _ts(now):  # type: ignore[operator]
             raise LeaseHeld(execution_id, ex.lease_owner, ex.lease_expires_at)  # type: ignore[arg-type]
         lease = Lease(execution_id=execution_id, owner=owner, epoch=ex.lease_epoch + 1,
                       expires_at=_ts(now + lease_seconds))
@@ -317,7 +326,8 @@ class MemoryStore(Store):
         if by is not None:
             payload["by"] = by
         now = time.time()
-        self._update(run, wake_at=_ts(now))
+        self._update(run, wake_at=_ts(now), updated_at=_ts(now),
+                     status="decided" if ex.status == "paused" else ex.status)
         [new_seq] = self._add_entries(
             run, [(target, "resumed", "resumed", _json.dumps(payload))], now  # type: ignore[list-item]
         )
@@ -327,8 +337,9 @@ class MemoryStore(Store):
     @staticmethod
     def _explain_failed_claim(run: _Run, execution_id: str, path: str | None) -> StoreError:
         resumed = [r[1] for r in run.journal if r[3] == "resumed" and (path is None or r[1] == path)]
-        # A decision already journaled answers a second click, even once the run has finished.
-        if (path is not None and path in run.pending) or resumed:
+        # A decision already journaled answers a second click, even once the run has finished;
+        # but a cancelled execution is said to be cancelled, whatever was decided before.
+        if run.execution.status != "cancelled" and ((path is not None and path in run.pending) or resumed):
             return AlreadyResumed(execution_id, path if path is not None else resumed[-1])
         if run.execution.finished:
             return ExecutionFinished(execution_id, run.execution.status)

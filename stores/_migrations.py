@@ -80,6 +80,12 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         # its key within the message; a tether of version 3 or older would not find such
         # a step, and would run it (and its side effects) again. Now it refuses the file.
     ],
+    [
+        # Version 5: an execution whose decision is recorded but not yet carried out is
+        # 'decided' (a tether of version 4 could not read that status); operators list
+        # the most recently updated executions first.
+        "CREATE INDEX tether_executions_by_updated ON tether_executions (updated_at, id)",
+    ],
 ]
 
 POSTGRES_MIGRATIONS: list[list[str]] = [
@@ -157,5 +163,9 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
     [
         # Version 4: as for SQLite, step entries carry keys that an older tether would not
         # find (it would run those steps again); it refuses the database instead.
+    ],
+    [
+        # Version 5: as for SQLite, the 'decided' status and the listing by last update.
+        "CREATE INDEX tether_executions_by_updated ON tether_executions (updated_at, id)",
     ],
 ]

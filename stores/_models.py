@@ -39,8 +39,14 @@ check it).
 Text = Annotated[str, AfterValidator(_plain_text)]
 """A string that every store keeps exactly: ids, paths, labels, reasons."""
 
-ExecutionStatus = Literal["queued", "running", "paused", "completed", "failed", "cancelled"]
-"""Where an execution stands. The last three are final; ``queued`` waits for a worker to start it."""
+ExecutionStatus = Literal["queued", "running", "paused", "decided", "completed", "failed", "cancelled"]
+"""Where an execution stands. The last three are final.
+
+- ``queued``: started detached; waits for a process with its runner to start it;
+- ``running``: a process holds its lease and runs it (or died, and its lease has not been taken over yet);
+- ``paused``: waits for a decision (a pending interrupt) or a durable timer;
+- ``decided``: a decision was recorded and waits for a process with its runner to carry it out.
+"""
 
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 

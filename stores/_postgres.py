@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import re
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import anyio
 
@@ -28,7 +28,9 @@ from ._errors import (
     NoPendingInterrupt,
     SchemaVersionError,
     StaleLease,
+    StoreCorrupted,
     StoreError,
+    StoreNotFound,
     StoreUnavailable,
 )
 from ._json import entry_rows
@@ -46,7 +48,7 @@ from ._models import (
     PendingInterrupt,
     StartResult,
 )
-from ._pgpool import ConnectionPool
+from ._pgpool import ConnectionPool, connect_detached
 from ._protocol import SCHEMA_VERSION, check_limit
 
 if TYPE_CHECKING:
@@ -152,6 +154,10 @@ class PostgresStore(DriverStore):
         connect_timeout: Seconds to wait for the server before `StoreUnavailable`.
         schema: A schema to keep tether's tables in (created if missing); by
             default the server's search path decides.
+        create: ``False`` opens only an existing tether store of this version and
+            creates nothing (for the operator's read commands): no schema, table or
+            migration. Otherwise `StoreNotFound` (no tether tables there) or
+            `SchemaVersionError`.
 
     Tables are prefixed ``tether_``, so they can share a database with an
     application's own.
@@ -165,6 +171,7 @@ class PostgresStore(DriverStore):
         max_size: int = 10,
         connect_timeout: float = 10.0,
         schema: str | None = None,
+        create: bool = True,
     ) -> None:
         super().__init__()
         if schema is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", schema):
@@ -172,6 +179,9 @@ class PostgresStore(DriverStore):
                 f"schema={schema!r} is not a plain identifier; use letters, digits and '_'."
             )
         self.schema = schema
+        self.create = create
+        # The first damage the server reported; from then on every operation is refused with it.
+        self._damage: StoreCorrupted | None = None
         self.dsn = dsn
         self.min_size = min_size
         self.max_size = max_size
@@ -184,13 +194,31 @@ class PostgresStore(DriverStore):
     # -- plumbing ------------------------------------------------------------
 
     @contextmanager
-    def _map_errors(self) -> Iterator[None]:
+    def _map_errors(self, *, checking: bool = False) -> Iterator[None]:
+        """Translate asyncpg's errors into tether's; refuse to run once the server reported damage.
+
+        ``checking`` (`check`, which only reads) runs on a damaged store too.
+        """
         import asyncpg
 
+        if self._damage is not None and not checking:
+            raise StoreCorrupted(
+                f"Postgres at {redact(self.dsn)} reported damage earlier, so this store refuses every "
+                f"operation since (nothing was read or written now): {self._damage} Open a new store "
+                f"once the database is repaired."
+            )
         try:
             yield
         except StoreError:
             raise
+        except (asyncpg.DataCorruptedError, asyncpg.IndexCorruptedError) as exc:
+            damage = StoreCorrupted(
+                f"Postgres at {redact(self.dsn)} reports damaged data ({type(exc).__name__}: {exc}). "
+                f"Repair the table or index (REINDEX) or restore a backup; `tether doctor` lists the damage."
+            )
+            if self._damage is None:
+                self._damage = damage
+            raise damage from exc
         except (OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
                 asyncpg.InternalClientError, asyncpg.CannotConnectNowError) as exc:
             raise StoreUnavailable(
@@ -215,14 +243,41 @@ class PostgresStore(DriverStore):
             try:
                 await pool.fill(self.min_size)
                 async with pool.connection() as conn, conn.transaction():
+                    # Taken by readers too: they wait for a migration in progress, and see its end.
                     await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
-                    if self.schema:
-                        await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
-                    for statement in POSTGRES_MIGRATIONS[0]:
-                        await conn.execute(statement)
-                    current = await conn.fetchval("SELECT max(version) FROM tether_schema") or 0
-                    if current > SCHEMA_VERSION:
-                        raise SchemaVersionError(current, SCHEMA_VERSION)
+                    # Look before creating anything: a schema that is not a tether store is left as it was.
+                    names = sorted(r[0] for r in await conn.fetch(
+                        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                        r"WHERE n.nspname = ANY(current_schemas(false)) AND c.relname LIKE 'tether\_%'"
+                    ))
+                    current = 0
+                    if "tether_schema" in names:
+                        current = await conn.fetchval("SELECT max(version) FROM tether_schema") or 0
+                        if current > SCHEMA_VERSION or (current < SCHEMA_VERSION and not self.create):
+                            raise SchemaVersionError(current, SCHEMA_VERSION)
+                    elif names or not self.create:
+                        where = (f"schema {self.schema!r}" if self.schema else
+                                 f"search path {await conn.fetchval('SHOW search_path')!r}")
+                        where += f" of Postgres at {redact(self.dsn)}"
+                        if names:
+                            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+                            raise StoreCorrupted(
+                                f"The {where} is not a tether store: it holds objects named like tether's "
+                                f"({shown}) that tether did not create (it has no tether_schema table). "
+                                f"Nothing was changed. Give tether a schema of its own (schema=..., or "
+                                f"?schema= in the URL), or another database."
+                            )
+                        raise StoreNotFound(
+                            f"No tether store in the {where}: it has no tether tables. Nothing was "
+                            f"created: the store was opened with create=False. Check the DSN and its "
+                            f"?schema=, or create the store by opening it from a program that writes "
+                            f"to it (your application, `tether worker`)."
+                        )
+                    if current < SCHEMA_VERSION:  # only with create: the checks above refused it otherwise
+                        if self.schema:
+                            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+                        for statement in POSTGRES_MIGRATIONS[0]:
+                            await conn.execute(statement)
                     for version in range(current + 1, SCHEMA_VERSION + 1):
                         for statement in POSTGRES_MIGRATIONS[version]:
                             await conn.execute(statement)
@@ -261,11 +316,15 @@ class PostgresStore(DriverStore):
         wake = threadsafe_caller(on_work)
         settings = {"search_path": self.schema} if self.schema else {}
 
+        async def connect() -> Any:
+            conn = await asyncpg.connect(self.dsn, timeout=self.connect_timeout, server_settings=settings)
+            await conn.add_listener("tether_work", lambda *_: wake())
+            return conn
+
         async def open_listener(op: Op) -> Any:
             with self._map_errors():
-                conn = await asyncpg.connect(self.dsn, timeout=self.connect_timeout, server_settings=settings)
-                await conn.add_listener("tether_work", lambda *_: wake())
-                return conn
+                # Never interrupted by a cancellation (see _pgpool); a cancelled caller's is terminated.
+                return await connect_detached(connect)
 
         return Listener(self, await self._run(open_listener))
 
@@ -346,7 +405,7 @@ class PostgresStore(DriverStore):
         rows = await self._fetch(
             """WITH ready AS (
                 SELECT id FROM tether_executions
-                WHERE ((status IN ('queued', 'paused') AND wake_at <= now())
+                WHERE ((status IN ('queued', 'paused', 'decided') AND wake_at <= now())
                     OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= now())))
                   AND ($4::text[] IS NULL OR root_path = ANY($4::text[]))
                 ORDER BY coalesce(wake_at, lease_expires_at)
@@ -374,21 +433,29 @@ class PostgresStore(DriverStore):
         status: ExecutionStatus | None = None,
         limit: int = 100,
         after: Execution | None = None,
+        recent: bool = False,
     ) -> list[Execution]:
         check_limit(limit)
-        rows = await self._fetch(
-            f"SELECT {_EXEC_COLS} FROM tether_executions "
-            "WHERE ($1::text IS NULL OR status = $1) "
-            "AND ($2::timestamptz IS NULL OR (created_at, id) > ($2, $3)) "
-            "ORDER BY created_at, id LIMIT $4",
-            status, after.created_at if after else None, after.execution_id if after else None,
-            limit,
-        )
+        if recent:
+            sql = (f"SELECT {_EXEC_COLS} FROM tether_executions "
+                   "WHERE ($1::text IS NULL OR status = $1) "
+                   "AND ($2::timestamptz IS NULL OR (updated_at, id) < ($2, $3)) "
+                   "ORDER BY updated_at DESC, id DESC LIMIT $4")
+            moment = after.updated_at if after else None
+        else:
+            sql = (f"SELECT {_EXEC_COLS} FROM tether_executions "
+                   "WHERE ($1::text IS NULL OR status = $1) "
+                   "AND ($2::timestamptz IS NULL OR (created_at, id) > ($2, $3)) "
+                   "ORDER BY created_at, id LIMIT $4")
+            moment = after.created_at if after else None
+        rows = await self._fetch(sql, status, moment, after.execution_id if after else None, limit)
         return [_execution(r) for r in rows]
 
     # -- leases ----------------------------------------------------------------
 
-    async def acquire_lease(self, execution_id: str, *, owner: str, lease_seconds: float) -> Lease:
+    async def acquire_lease(
+        self, execution_id: str, *, owner: str, lease_seconds: float, replacing: str | None = None
+    ) -> Lease:
         # The holder may release between the refused UPDATE and the look that explains
         # it; then the lease is free and the UPDATE is simply tried again.
         while True:
@@ -397,9 +464,10 @@ class PostgresStore(DriverStore):
                 "lease_expires_at = now() + make_interval(secs => $3), "
                 "lease_epoch = lease_epoch + 1, status = 'running', updated_at = now() "
                 f"WHERE id = $1 AND status NOT IN {_FINAL_SQL} "
-                "AND (lease_owner IS NULL OR lease_expires_at <= now() OR lease_owner = $2) "
+                "AND (lease_owner IS NULL OR lease_expires_at <= now() OR lease_owner = $2 "
+                "     OR lease_owner = $4::text) "
                 "RETURNING lease_epoch, lease_expires_at",
-                execution_id, owner, float(lease_seconds), write=True,
+                execution_id, owner, float(lease_seconds), replacing, write=True,
             )
             if rows:
                 return Lease(execution_id=execution_id, owner=owner, epoch=rows[0]["lease_epoch"],
@@ -557,7 +625,8 @@ class PostgresStore(DriverStore):
                         AND EXISTS (SELECT 1 FROM free)
                     RETURNING reason, seq
                 ), bump AS (
-                    UPDATE tether_executions SET next_seq = next_seq + 1, wake_at = now()
+                    UPDATE tether_executions SET next_seq = next_seq + 1, wake_at = now(), updated_at = now(),
+                        status = CASE status WHEN 'paused' THEN 'decided' ELSE status END
                     FROM claimed WHERE id = $1 RETURNING next_seq - 1 AS seq
                 )
                 INSERT INTO tether_journal (execution_id, seq, path, label, kind, payload, created_at)
@@ -604,8 +673,9 @@ class PostgresStore(DriverStore):
             "AND ($2::text IS NULL OR path = $2) ORDER BY seq DESC LIMIT 1",
             execution_id, path,
         )
-        # A decision already journaled answers a second click, even once the run has finished.
-        if (path is not None and path in pending) or resumed:
+        # A decision already journaled answers a second click, even once the run has finished;
+        # but a cancelled execution is said to be cancelled, whatever was decided before.
+        if execution.status != "cancelled" and ((path is not None and path in pending) or resumed):
             return AlreadyResumed(execution_id, path if path is not None else resumed[0]["path"])
         if execution.finished:
             return ExecutionFinished(execution_id, execution.status)
@@ -701,3 +771,107 @@ class PostgresStore(DriverStore):
             older_than, write=True,
         )
         return int(rows[0]["n"])
+
+    # -- checks ----------------------------------------------------------------
+
+    async def check(self) -> list[str]:
+        """Check tether's own invariants, and read every row; change nothing.
+
+        In one read-only snapshot: no journal entry, pending interrupt or
+        idempotency record may lack its execution; a pending interrupt's ``seq``
+        must be a ``suspended`` entry of its journal; an execution's next entry
+        number must lie past its journal; every status must be one. Every row is
+        read in full, so the server reports damaged pages or TOAST data it finds
+        (all it can find: it checksums pages only if the cluster was initialized
+        with ``--data-checksums``). It runs on a store that already found damage too.
+
+        Returns:
+            What is wrong, one line per problem (the first few of each kind, then
+            how many more); empty when the store is sound.
+
+        Raises:
+            StoreUnavailable: The server cannot be reached.
+        """
+        import asyncpg
+
+        shown_per_kind = 10
+        orphans = ("SELECT execution_id, count(*) FROM {} t WHERE NOT EXISTS ("
+                   "SELECT 1 FROM tether_executions e WHERE e.id = t.execution_id) GROUP BY execution_id")
+        # tether's own invariants, as queries whose rows are problems, with the line each row makes.
+        invariants: list[tuple[str, str, tuple[Any, ...]]] = [
+            (f"execution {{0!r}} has no row in tether_executions, but its {rows} remain ({{1}})",
+             orphans.format(table), ())
+            for table, rows in (("tether_journal", "journal entries"),
+                                ("tether_pending", "pending interrupts"),
+                                ("tether_idempotency", "idempotency records"))
+        ]
+        invariants += [
+            (
+                ("the pending interrupt of execution {0!r} at {1!r} names seq {2}, which is no "
+                 "'suspended' entry of its journal"),
+                ("SELECT p.execution_id, p.path, p.seq FROM tether_pending p "
+                 "WHERE EXISTS (SELECT 1 FROM tether_executions e WHERE e.id = p.execution_id) "
+                 "AND NOT EXISTS (SELECT 1 FROM tether_journal j WHERE j.execution_id = p.execution_id "
+                 "AND j.seq = p.seq AND j.kind = 'suspended')"),
+                (),
+            ),
+            (
+                ("execution {0!r} would number its next journal entry {1}, but its journal already "
+                 "reaches {2}"),
+                ("SELECT e.id, e.next_seq, max(j.seq) FROM tether_executions e "
+                 "JOIN tether_journal j ON j.execution_id = e.id "
+                 "GROUP BY e.id, e.next_seq HAVING max(j.seq) >= e.next_seq"),
+                (),
+            ),
+            (
+                "execution {0!r} has the status {1!r}, which is no execution status",
+                "SELECT id, status FROM tether_executions WHERE status <> ALL($1::text[])",
+                (list(get_args(ExecutionStatus)),),
+            ),
+        ]
+        tables = ("tether_executions", "tether_journal", "tether_pending", "tether_idempotency")
+
+        async def op_fn(op: Op) -> tuple[list[str], bool]:
+            assert self._pool is not None
+            by_kind: dict[str, list[str]] = {}
+            damaged = False
+
+            def report(kind: str, line: str) -> None:
+                by_kind.setdefault(kind, []).append(line)
+
+            with self._map_errors(checking=True):
+                async with self._pool.connection() as conn, conn.transaction(
+                    isolation="repeatable_read", readonly=True
+                ):
+                    for table in tables:
+                        try:
+                            # A savepoint each: a read that fails leaves the others to run.
+                            async with conn.transaction():
+                                await conn.fetch(f"SELECT count(*), sum(length(t::text)) FROM {table} t")
+                        except (asyncpg.DataCorruptedError, asyncpg.IndexCorruptedError,
+                                asyncpg.InternalServerError) as exc:
+                            damaged = True
+                            report("unreadable", f"{table} cannot be read in full: {exc}")
+                    for line, sql, args in invariants:
+                        try:
+                            async with conn.transaction():
+                                for row in await conn.fetch(sql, *args):
+                                    report(line, line.format(*row))
+                        except (asyncpg.DataCorruptedError, asyncpg.IndexCorruptedError,
+                                asyncpg.InternalServerError) as exc:
+                            damaged = True
+                            report("unreadable", f"a check of tether's invariants could not read: {exc}")
+            problems: list[str] = []
+            for found in by_kind.values():  # the first few of each kind, then how many more
+                problems += found[:shown_per_kind]
+                if len(found) > shown_per_kind:
+                    problems.append(f"... and {len(found) - shown_per_kind} more like the line above")
+            return problems, damaged
+
+        problems, damaged = await self._run(op_fn)
+        if damaged and self._damage is None:
+            self._damage = StoreCorrupted(
+                f"Postgres at {redact(self.dsn)} reports damaged data: check() found {len(problems)} "
+                f"problems, the first: {problems[0]} Repair or restore it; `tether doctor` lists the damage."
+            )
+        return problems

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 from ._errors import ConfigurationError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The schema version this release writes; `setup()` migrates older databases to it."""
 
 
@@ -62,11 +62,16 @@ class Store(ABC):
         """Open the store and apply missing schema migrations.
 
         Safe to call any number of times, from any number of processes at once.
+        A store opened with ``create=False`` (the operator's read commands) creates
+        and migrates nothing: it opens an existing tether store of this version, or
+        raises.
 
         Raises:
             StoreUnavailable: The database cannot be reached.
+            StoreNotFound: ``create=False``, and there is no tether store there.
             StoreCorrupted: The database is not a tether store or is damaged.
-            SchemaVersionError: The database was written by a newer tether.
+            SchemaVersionError: The database was written by a newer tether (or, with
+                ``create=False``, an older one).
         """
 
     @abstractmethod
@@ -120,17 +125,26 @@ class Store(ABC):
         status: ExecutionStatus | None = None,
         limit: int = 100,
         after: Execution | None = None,
+        recent: bool = False,
     ) -> list[Execution]:
-        """List executions oldest first; pass the last one of a page as ``after``."""
+        """List executions oldest first; pass the last one of a page as ``after``.
+
+        With ``recent``, the most recently updated first, across the whole table
+        (pages by ``updated_at``: an execution updated meanwhile moves up).
+        """
 
     # -- leases ----------------------------------------------------------------
 
     @abstractmethod
-    async def acquire_lease(self, execution_id: str, *, owner: str, lease_seconds: float) -> Lease:
+    async def acquire_lease(
+        self, execution_id: str, *, owner: str, lease_seconds: float, replacing: str | None = None
+    ) -> Lease:
         """Take the execution's lease with a new epoch, and mark it ``running``.
 
-        Succeeds when nobody holds the lease, when it expired, or when ``owner``
-        already holds it. Every success fences out all earlier epochs.
+        Succeeds when nobody holds the lease, when it expired, when ``owner``
+        already holds it, or when ``replacing`` holds it: the caller proved that
+        owner's process dead, or an operator forces the takeover. Every success
+        fences out all earlier epochs, so a writer that comes back is refused.
 
         Raises:
             ExecutionNotFound: No such execution.
@@ -226,7 +240,8 @@ class Store(ABC):
         While another process than ``owner`` holds a live lease (the execution is
         running there), nothing is claimed: a decision must not be consumed by a
         caller that cannot carry it out. A claim marks the execution for workers
-        (``wake_at``), and ``by`` (``"deadline"``) is journaled with the decision.
+        (``wake_at``), turns a ``paused`` execution ``decided``, and journals ``by``
+        (who decided: ``"deadline"``, ``"cli:alice"``) with the decision.
 
         Raises:
             AlreadyResumed: Another claimer consumed it first.
@@ -288,6 +303,16 @@ class Store(ABC):
 
         Never touches a running or paused execution. Returns how many were deleted.
         """
+
+    async def check(self) -> list[str]:
+        """Run a full consistency check of the database, on demand (``tether doctor``).
+
+        Slow on a large database: it reads everything. Changes nothing.
+
+        Returns:
+            What is wrong, one line per problem; empty when the store is sound.
+        """
+        return []
 
 
 def check_limit(limit: int | None) -> None:

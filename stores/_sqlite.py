@@ -10,12 +10,18 @@ another process's claim fail with "database is locked" instead of waiting.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import os
 import sqlite3
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
+
+import anyio
+import anyio.to_thread
+from pydantic import ValidationError
 
 from . import _json
 from ._bridge import other_loop_error
@@ -32,6 +38,7 @@ from ._errors import (
     StaleLease,
     StoreCorrupted,
     StoreError,
+    StoreNotFound,
     StoreUnavailable,
 )
 from ._json import entry_rows
@@ -159,44 +166,278 @@ def _read_only(path: str) -> bool:
     return target.exists() and not os.access(target, os.W_OK)
 
 
-class _map_errors:
-    """Translate sqlite3 errors into tether's, at the store boundary (``with _map_errors(path):``).
+# What tether names its tables, indexes and triggers (LIKE ignores ASCII case, as SQLite's names do).
+_TETHER_OBJECTS = r"SELECT name FROM sqlite_master WHERE name LIKE 'tether\_%' ESCAPE '\'"
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_NEIGHBOURS_LOOKED_AT = 200  # directory entries a missing store's hint looks through
+_DAMAGE_HINT = (
+    "Restore it from a backup, or point the store at another file; `tether doctor` lists the damage."
+)
 
-    A class rather than a generator: it wraps every operation.
+
+def _existing_only(path: str) -> str:
+    """A URI that opens ``path`` read-write and never creates it (sqlite3 creates a missing file)."""
+    return Path(path).absolute().as_uri() + "?mode=rw"
+
+
+def _tether_stores_near(path: str) -> list[str]:
+    """URLs of the tether stores beside ``path``, for a hint: files with a ``tether_schema`` table.
+
+    Only looked at: each file is opened ``immutable`` (no lock, no -wal or -shm
+    file made), so a table still only in another store's WAL is not seen.
+    """
+    here = Path(path)
+    found: list[str] = []
+    try:
+        names = sorted(entry.name for entry in itertools.islice(here.parent.iterdir(), _NEIGHBOURS_LOOKED_AT))
+    except OSError:
+        return found
+    for name in names:
+        candidate = here.parent / name
+        if name == here.name or name.endswith(("-wal", "-shm", "-journal")):
+            continue
+        try:
+            with candidate.open("rb") as file:
+                if file.read(16) != _SQLITE_HEADER:
+                    continue
+            db = sqlite3.connect(candidate.absolute().as_uri() + "?immutable=1", uri=True)
+        except (OSError, sqlite3.Error):
+            continue  # a directory, unreadable, or not for us to open
+        try:
+            found_one = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'tether_schema'").fetchone()
+            if found_one:
+                found.append("sqlite:///" + os.path.join(os.path.dirname(path), name))
+        except sqlite3.Error:
+            pass  # damaged, or being rewritten: no hint from it
+        finally:
+            db.close()
+    return found
+
+
+def _not_found(path: str, what: str) -> StoreNotFound:
+    near = _tether_stores_near(path)
+    hint = f" (did you mean {' or '.join(near)}?)" if near else ""
+    return StoreNotFound(
+        f"No tether store at {path!r}: {what}{hint}. Nothing was created: the store was opened with "
+        f"create=False. Check the path, or create the store by opening it from a program that writes "
+        f"to it (your application, `tether worker`)."
+    )
+
+
+def _missing_store(path: str) -> StoreNotFound | None:
+    """`StoreNotFound` if there is no file at ``path`` (runs on a thread: it may list the directory)."""
+    if os.path.exists(path):
+        return None
+    return _not_found(path, "the file does not exist")
+
+
+def _refused(path: str, first: StoreCorrupted) -> StoreCorrupted:
+    """What a store that found damage answers every later operation."""
+    return StoreCorrupted(
+        f"SQLite store {path!r} found damage earlier, so it refuses every operation since "
+        f"(nothing was read or written now): {first} Open a new store once the file is repaired."
+    )
+
+
+def _is_damage(exc: sqlite3.DatabaseError) -> bool:
+    """Whether a sqlite3 error means the file does not hold what SQLite or tether wrote."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+        return True
+    if type(exc) is sqlite3.DatabaseError or isinstance(exc, sqlite3.IntegrityError):
+        # tether's statements meet every constraint, or handle the one they may not
+        # (a duplicate interrupt): one that fails unhandled found an index out of step.
+        return True
+    # Raised by sqlite3 itself, with no error code, for a text column holding other bytes.
+    return isinstance(exc, sqlite3.OperationalError) and str(exc).startswith("Could not decode to UTF-8")
+
+
+class _map_errors:
+    """Translate sqlite3 errors into tether's, at the store boundary (``with _map_errors(path, store):``).
+
+    A class rather than a generator: it wraps every operation. Given the store,
+    it also remembers the first damage found (any `StoreCorrupted`, tether's own
+    JSON decoding included), and the store then refuses every later operation.
     """
 
-    __slots__ = ("path",)
+    __slots__ = ("path", "store")
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, store: SQLiteStore | None = None) -> None:
         self.path = path
+        self.store = store
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if exc is None or isinstance(exc, StoreError) or not isinstance(exc, sqlite3.DatabaseError):
+        if exc is None:
+            return
+        if isinstance(exc, StoreError):
+            if isinstance(exc, StoreCorrupted):
+                self._found(exc)
             return
         path = self.path
-        if isinstance(exc, sqlite3.OperationalError):
+        if isinstance(exc, ValidationError):
+            # A row read back that is not what tether writes (a status that is no status).
+            error = StoreCorrupted(
+                f"SQLite store {path!r} is damaged: a stored row does not hold what tether writes "
+                f"({exc.error_count()} errors, the first: {exc.errors()[0]['msg']}). {_DAMAGE_HINT}"
+            )
+            self._found(error)
+            raise error from exc
+        if not isinstance(exc, sqlite3.DatabaseError):
+            return
+        if _is_damage(exc):
             text = str(exc)
-            if "locked" in text or "busy" in text:
-                hint = "another process held the write lock past busy_timeout; retry, or raise busy_timeout"
-            elif "readonly" in text or _read_only(path):
-                hint = (
-                    "the file or its directory is read-only (its mode or its mount); "
-                    "make it writable, then retry: nothing was written"
+            if isinstance(exc, sqlite3.OperationalError):  # "Could not decode to UTF-8 column 'x' .."
+                detail = text if len(text) <= 120 else text[:117] + "..."
+                error = StoreCorrupted(
+                    f"{path!r} is damaged: a stored text is not UTF-8 ({detail}). {_DAMAGE_HINT}"
                 )
-            elif "full" in text:
-                hint = "the disk is full; free space, then retry: nothing was written"
-            elif "unable to open" in text:
-                hint = "check that the directory exists and is writable"
             else:
-                hint = "check the file and its directory"
-            raise StoreUnavailable(f"SQLite store {path!r} failed: {text} ({hint}).") from exc
-        raise StoreCorrupted(
-            f"{path!r} is not a usable SQLite database ({exc}). Restore it from a backup, "
-            f"or point the store at another file."
-        ) from exc
+                error = StoreCorrupted(f"{path!r} is not a usable SQLite database ({text}). {_DAMAGE_HINT}")
+            self._found(error)
+            raise error from exc
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            hint = "another process held the write lock past busy_timeout; retry, or raise busy_timeout"
+        elif "readonly" in text or _read_only(path):
+            hint = (
+                "the file or its directory is read-only (its mode or its mount); "
+                "make it writable, then retry: nothing was written"
+            )
+        elif "full" in text:
+            hint = "the disk is full; free space, then retry: nothing was written"
+        elif "unable to open" in text:
+            hint = "check that the directory exists and is writable"
+        else:
+            hint = "check the file and its directory"
+        raise StoreUnavailable(f"SQLite store {path!r} failed: {text} ({hint}).") from exc
+
+    def _found(self, damage: StoreCorrupted) -> None:
+        store = self.store
+        if store is not None and store._damage is None:
+            store._damage = damage
+
+
+_SHOWN_PER_KIND = 10  # problems of one kind that `check` lists; then it counts the rest
+
+# tether's own invariants, as queries whose rows are problems, with the line each row makes.
+_ORPHANS = (
+    "SELECT CAST(execution_id AS BLOB), count(*) FROM {} "
+    "WHERE execution_id NOT IN (SELECT id FROM tether_executions) GROUP BY execution_id"
+)
+_INVARIANTS = (
+    *(
+        (f"execution {{0!r}} has no row in tether_executions, but its {rows} remain ({{1}})",
+         _ORPHANS.format(table))
+        for table, rows in (("tether_journal", "journal entries"), ("tether_pending", "pending interrupts"),
+                            ("tether_idempotency", "idempotency records"))
+    ),
+    (
+        ("the pending interrupt of execution {0!r} at {1!r} names seq {2}, which is no 'suspended' "
+         "entry of its journal"),
+        ("SELECT CAST(p.execution_id AS BLOB), CAST(p.path AS BLOB), p.seq FROM tether_pending p "
+         "WHERE p.execution_id IN (SELECT id FROM tether_executions) AND NOT EXISTS ("
+         "SELECT 1 FROM tether_journal j WHERE j.execution_id = p.execution_id AND j.seq = p.seq "
+         "AND j.kind = 'suspended')"),
+    ),
+)
+# Every stored value is read back: (table, the columns that name a row, its other text, its JSON).
+_VALUES = (
+    ("tether_executions", ("id",), ("runner", "root_path", "fingerprint", "status", "error", "lease_owner"),
+     ("input", "result")),
+    ("tether_journal", ("execution_id", "seq"), ("path", "label", "kind"), ("payload",)),
+    ("tether_pending", ("execution_id", "path"), ("reason",), ("context", "default_value")),
+    ("tether_idempotency", ("execution_id", "key"), (), ("value",)),
+)
+_STATUSES = frozenset(get_args(ExecutionStatus))
+
+
+def _shown(value: object) -> object:
+    """A value of a damaged row, printable whatever its bytes are."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _listed(by_kind: dict[str, list[str]]) -> list[str]:
+    """Problems, the first few of each kind, each kind's followed by how many more it has."""
+    lines: list[str] = []
+    for found in by_kind.values():
+        lines += found[:_SHOWN_PER_KIND]
+        if len(found) > _SHOWN_PER_KIND:
+            lines.append(f"... and {len(found) - _SHOWN_PER_KIND} more like the line above")
+    return lines
+
+
+def _find_problems(path: str, timeout: float, opened: list[sqlite3.Connection]) -> tuple[list[str], bool]:
+    """`SQLiteStore.check`'s work, on a thread and a read-only connection of its own.
+
+    Returns the problems, and whether any is damage to the file (rather than rows
+    that break tether's invariants). The connection goes into ``opened``, where
+    a cancelled caller interrupts it; errors that are not damage are raised.
+    """
+    by_kind: dict[str, list[str]] = {}
+    damaged = False
+
+    def report(kind: str, line: str) -> None:
+        by_kind.setdefault(kind, []).append(line)
+
+    db = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=ro", uri=True, timeout=timeout,
+                         isolation_level=None, check_same_thread=False)
+    opened.append(db)
+    try:
+        db.execute("BEGIN")  # one snapshot for every query below, whatever other processes write
+        try:
+            found = [row[0] for row in db.execute("PRAGMA integrity_check")]
+        except sqlite3.DatabaseError as exc:
+            if not _is_damage(exc):
+                raise
+            found = [f"it stopped: {exc}"]
+        if found != ["ok"]:
+            damaged = True
+            for line in found:
+                report("integrity", f"SQLite integrity_check: {line}")
+        for line, sql in _INVARIANTS:
+            try:
+                for row in db.execute(sql):
+                    report(line, line.format(*map(_shown, row)))
+            except sqlite3.DatabaseError as exc:
+                if not _is_damage(exc):
+                    raise
+                damaged = True
+                report("unreadable", f"a check of tether's invariants could not read the tables: {exc}")
+        for table, keys, texts, jsons in _VALUES:
+            columns = (*keys, *texts, *jsons)
+            sql = "SELECT " + ", ".join(f"CAST({c} AS BLOB)" for c in columns) + f" FROM {table}"
+            try:
+                for row in db.execute(sql):
+                    name = f"{table} row ({', '.join(repr(_shown(v)) for v in row[:len(keys)])})"
+                    for column, raw in zip(columns, row, strict=True):
+                        if raw is None:
+                            continue
+                        try:
+                            text = raw.decode("utf-8")
+                        except UnicodeDecodeError:
+                            damaged = True
+                            report("utf-8", f"{name}: {column} is not UTF-8 text")
+                            continue
+                        if column in jsons:
+                            try:
+                                json.loads(text)
+                            except ValueError as exc:
+                                damaged = True
+                                report("json", f"{name}: {column} is not JSON ({exc})")
+                        elif column == "status" and text not in _STATUSES:
+                            damaged = True
+                            report("status", f"{name}: status {text!r} is no execution status")
+            except sqlite3.DatabaseError as exc:
+                if not _is_damage(exc):
+                    raise
+                damaged = True
+                report("unreadable", f"{table} cannot be read to its end: {exc}")
+    finally:
+        db.close()
+    return _listed(by_kind), damaged
 
 
 class SQLiteStore(DriverStore):
@@ -204,6 +445,10 @@ class SQLiteStore(DriverStore):
 
     Args:
         path: The database file; created with its tables if missing.
+        create: ``False`` opens only an existing tether store of this version, and
+            changes nothing at open (for the operator's read commands): no file, table or
+            migration is made, and the file is not switched to WAL. Otherwise
+            `StoreNotFound` (no file, or no tether tables) or `SchemaVersionError`.
         synchronous: ``"FULL"`` (default) survives power loss. ``"NORMAL"`` survives a
             process crash but may lose the last commits on power loss, and is much
             cheaper per commit: cheap enough that an uncontended write commits on the
@@ -223,6 +468,7 @@ class SQLiteStore(DriverStore):
         self,
         path: str | Path,
         *,
+        create: bool = True,
         synchronous: Synchronous = "FULL",
         busy_timeout: float = 30.0,
     ) -> None:
@@ -232,8 +478,12 @@ class SQLiteStore(DriverStore):
                 f"synchronous={synchronous!r} is not supported; use 'FULL' or 'NORMAL'."
             )
         self.path = str(path)
+        self.create = create
         self.synchronous: Synchronous = synchronous
         self.busy_timeout = busy_timeout
+        # The first damage an operation found; from then on every operation is refused with
+        # it, so that nothing more is written to a damaged file (one attribute test per call).
+        self._damage: StoreCorrupted | None = None
         self._conn: aiosqlite.Connection | None = None
         self._group: GroupCommit | None = None
         # Execution id -> the number its next entry should get, as this store last wrote it.
@@ -250,8 +500,17 @@ class SQLiteStore(DriverStore):
             import aiosqlite
         except ImportError as exc:  # pragma: no cover - a dependency of tether
             raise StoreUnavailable("aiosqlite is missing: pip install tether") from exc
+        target = self.path
+        if not self.create:
+            # sqlite3 creates a missing file on connect, so look first (on a thread: the hint
+            # lists the directory), then connect with a URI that never creates one.
+            missing = await asyncio.get_running_loop().run_in_executor(None, _missing_store, self.path)
+            if missing is not None:
+                raise missing
+            target = _existing_only(self.path)
         conn = aiosqlite.connect(
-            self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+            target, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False,
+            uri=not self.create,
         )
         # aiosqlite's worker thread is not a daemon: a script that forgets to close
         # the store would hang at exit waiting for it. Committed data is safe either way.
@@ -277,15 +536,38 @@ class SQLiteStore(DriverStore):
         self._group = GroupCommit(conn, _now, here=here)
 
     def _configure(self, db: sqlite3.Connection) -> None:
-        self._enter_wal(db)
+        # Look before changing anything: the switch to WAL rewrites the file's header, and a
+        # file that is not a tether store (nor a database: this read is what refuses it) is
+        # left exactly as it was.
+        names = sorted(name for (name,) in db.execute(_TETHER_OBJECTS))
+        current = None
+        if "tether_schema" in names:
+            current = db.execute("SELECT max(version) FROM tether_schema").fetchone()[0] or 0
+            if current > SCHEMA_VERSION or (current < SCHEMA_VERSION and not self.create):
+                raise SchemaVersionError(current, SCHEMA_VERSION)
+        elif names:
+            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            raise StoreCorrupted(
+                f"{self.path!r} is not a tether store: it holds objects named like tether's ({shown}) "
+                f"that tether did not create (it has no tether_schema table). Nothing was changed. "
+                f"Point the store at another file: an application's own tables may share a file "
+                f"with tether's, but not under tether_ names."
+            )
+        elif not self.create:
+            raise _not_found(self.path, "the database has no tether tables")
+        if self.create:  # create=False changes nothing in the file, its journal mode included
+            self._enter_wal(db)
         db.execute(f"PRAGMA synchronous={self.synchronous}")
         if self.synchronous == "NORMAL":
             db.execute("PRAGMA wal_autocheckpoint=0")  # GroupCommit checkpoints on the thread
         db.execute(f"PRAGMA journal_size_limit={_WAL_KEPT}")
+        if current == SCHEMA_VERSION:
+            return  # nothing to migrate, so no write lock to wait for
         db.execute("BEGIN IMMEDIATE")
         try:
             for statement in SQLITE_MIGRATIONS[0]:
                 db.execute(statement)
+            # Again under the write lock: another starter may have migrated meanwhile.
             row = db.execute("SELECT max(version) FROM tether_schema").fetchone()
             current = row[0] or 0
             if current > SCHEMA_VERSION:
@@ -304,7 +586,10 @@ class SQLiteStore(DriverStore):
 
     def _open_here(self, _: sqlite3.Connection) -> sqlite3.Connection:
         """The connection for writes made on the caller's thread: it never waits for a lock."""
-        here = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False)
+        here = sqlite3.connect(
+            self.path if self.create else _existing_only(self.path), timeout=0, isolation_level=None,
+            check_same_thread=False, uri=not self.create,
+        )
         try:
             here.execute("PRAGMA synchronous=NORMAL")
             here.execute("PRAGMA wal_autocheckpoint=0")
@@ -358,6 +643,8 @@ class SQLiteStore(DriverStore):
         conn = self._conn
         if conn is None:  # pragma: no cover - guarded by DriverStore
             raise StoreUnavailable(f"{self!r} is not open")
+        # Opening does not mark the store damaged: its checks come before any write, and a
+        # failed open runs them all again at the next operation.
         with _map_errors(self.path):
             # aiosqlite's public API crosses to its thread once per statement; a
             # whole transaction in one crossing needs its queue method.
@@ -373,8 +660,10 @@ class SQLiteStore(DriverStore):
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the connection's thread straight from the caller's loop."""
+        if self._damage is not None:
+            raise _refused(self.path, self._damage)
         group = self._writer(self._driver_loop or await self._loop())
-        with _map_errors(self.path):
+        with _map_errors(self.path, self):
             return await self._counted(group.read(fn))
 
     async def _write(self, fn: Callable[[sqlite3.Connection, int], T], *, one_statement: bool = False) -> T:
@@ -383,12 +672,15 @@ class SQLiteStore(DriverStore):
         Once queued, the function runs to COMMIT or ROLLBACK on its thread; a
         cancelled caller waits for that outcome rather than guess it. With
         ``one_statement`` (see `GroupCommit.write`), ``fn`` must write with one
-        statement and step it to its end (``fetchall``, not ``fetchone``).
+        statement and step it to its end (``fetchall``, not ``fetchone``). A store that
+        found damage writes nothing more.
         """
+        if self._damage is not None:
+            raise _refused(self.path, self._damage)
         group = self._writer(self._driver_loop or await self._loop())
         self._in_flight += 1  # what `_counted` does, without its coroutine: this is every boundary
         try:
-            with _map_errors(self.path):
+            with _map_errors(self.path, self):
                 return await group.write(fn, one_statement=one_statement)
         finally:
             self._finished_one()
@@ -499,7 +791,7 @@ class SQLiteStore(DriverStore):
                 "UPDATE tether_executions SET lease_owner = ?, lease_expires_at = ?, "
                 "lease_epoch = lease_epoch + 1, status = 'running', wake_at = NULL, updated_at = ? "
                 "WHERE id IN (SELECT id FROM tether_executions "
-                "  WHERE ((status IN ('queued', 'paused') AND wake_at <= ?) "
+                "  WHERE ((status IN ('queued', 'paused', 'decided') AND wake_at <= ?) "
                 "     OR (status = 'running' AND coalesce(lease_expires_at, 0) <= ?)) "
                 "    AND (? IS NULL OR root_path IN (SELECT value FROM json_each(?))) "
                 "  ORDER BY coalesce(wake_at, lease_expires_at, 0) LIMIT ?) "
@@ -525,6 +817,7 @@ class SQLiteStore(DriverStore):
         status: ExecutionStatus | None = None,
         limit: int = 100,
         after: Execution | None = None,
+        recent: bool = False,
     ) -> list[Execution]:
         check_limit(limit)
         where: list[str] = []
@@ -532,27 +825,32 @@ class SQLiteStore(DriverStore):
         if status is not None:
             where.append("status = ?")
             params.append(status)
-        if after is not None:
+        if after is not None and recent:
+            where.append("(updated_at, id) < (?, ?)")
+            params += [_us(after.updated_at), after.execution_id]
+        elif after is not None:
             where.append("(created_at, id) > (?, ?)")
             params += [_us(after.created_at), after.execution_id]
         sql = f"SELECT {_EXEC_COLS} FROM tether_executions"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created_at, id LIMIT ?"
+        sql += " ORDER BY updated_at DESC, id DESC LIMIT ?" if recent else " ORDER BY created_at, id LIMIT ?"
         params.append(limit)
         return await self._read(lambda db: [_execution(r) for r in db.execute(sql, params)])
 
     # -- leases ----------------------------------------------------------------
 
-    async def acquire_lease(self, execution_id: str, *, owner: str, lease_seconds: float) -> Lease:
+    async def acquire_lease(
+        self, execution_id: str, *, owner: str, lease_seconds: float, replacing: str | None = None
+    ) -> Lease:
         def fn(db: sqlite3.Connection, now: int) -> Lease:
             row = db.execute(
                 "UPDATE tether_executions SET lease_owner = ?, lease_expires_at = ?, "
                 "lease_epoch = lease_epoch + 1, status = 'running', updated_at = ? "
                 f"WHERE id = ? AND status NOT IN {_FINAL_SQL} "
-                "AND (lease_owner IS NULL OR lease_expires_at <= ? OR lease_owner = ?) "
+                "AND (lease_owner IS NULL OR lease_expires_at <= ? OR lease_owner = ? OR lease_owner = ?) "
                 "RETURNING lease_epoch, lease_expires_at",
-                (owner, now + _span(lease_seconds), now, execution_id, now, owner),
+                (owner, now + _span(lease_seconds), now, execution_id, now, owner, replacing),
             ).fetchone()
             if row is not None:
                 return Lease(execution_id=execution_id, owner=owner, epoch=row[0],
@@ -743,7 +1041,11 @@ class SQLiteStore(DriverStore):
             if by is not None:
                 payload["by"] = by
             payload_json = _json.dumps(payload, what="the resume value")
-            db.execute("UPDATE tether_executions SET wake_at = ? WHERE id = ?", (now, execution_id))
+            db.execute(
+                "UPDATE tether_executions SET wake_at = ?, updated_at = ?, "
+                "status = CASE status WHEN 'paused' THEN 'decided' ELSE status END WHERE id = ?",
+                (now, now, execution_id),
+            )
             resumed = (target, "resumed", "resumed", payload_json)
             [resumed_seq] = self._insert_entries(db, execution_id, [resumed], now)
             return JournalEntry(execution_id=execution_id, seq=resumed_seq, path=target,
@@ -847,7 +1149,44 @@ class SQLiteStore(DriverStore):
 
         return await self._write(fn)
 
+    # -- checks ----------------------------------------------------------------
 
+    async def check(self) -> list[str]:
+        """Run SQLite's ``PRAGMA integrity_check`` and tether's own checks; change nothing.
+
+        Reads the whole file, on a worker thread and a read-only connection of its
+        own, so this store's operations go on meanwhile. Every text must be UTF-8,
+        every stored JSON value must parse and every status be one; no journal
+        entry, pending interrupt or idempotency record may lack its execution; a
+        pending interrupt's ``seq`` must be a ``suspended`` entry of its journal.
+        It runs on a store that already found damage too, and damage it finds makes
+        the store refuse every later operation, as any operation's would.
+
+        Returns:
+            What is wrong, one line per problem (the first few of each kind, then
+            how many more); empty when the store is sound.
+
+        Raises:
+            StoreCorrupted: The file cannot be opened as a tether store (as for `setup`).
+            StoreUnavailable: The file cannot be read.
+        """
+        await self._loop()  # opens the store as setup() does, and raises what it raises
+        opened: list[sqlite3.Connection] = []
+        try:
+            with _map_errors(self.path):
+                problems, damaged = await anyio.to_thread.run_sync(
+                    _find_problems, self.path, self.busy_timeout, opened, abandon_on_cancel=True
+                )
+        except anyio.get_cancelled_exc_class():
+            for db in opened:
+                db.interrupt()  # the scan stops at its next step, and its thread closes the connection
+            raise
+        if damaged and self._damage is None:
+            self._damage = StoreCorrupted(
+                f"{self.path!r} is damaged: check() found {len(problems)} problems, the first: "
+                f"{problems[0]} {_DAMAGE_HINT}"
+            )
+        return problems
 
 
 def _pending_filter(execution_id: str | None, path_prefix: str | None) -> tuple[list[str], list[Any]]:
@@ -875,8 +1214,9 @@ def _explain_failed_claim(db: sqlite3.Connection, execution_id: str, path: str |
         "AND (? IS NULL OR path = ?) ORDER BY seq DESC LIMIT 1",
         (execution_id, path, path),
     ).fetchone()
-    # A decision already journaled answers a second click, even once the run has finished.
-    if (path is not None and path in pending) or resumed is not None:
+    # A decision already journaled answers a second click, even once the run has finished;
+    # but a cancelled execution is said to be cancelled, whatever was decided before.
+    if found[0] != "cancelled" and ((path is not None and path in pending) or resumed is not None):
         return AlreadyResumed(execution_id, path if path is not None else resumed[0])
     if found[0] in FINAL_STATUSES:
         return ExecutionFinished(execution_id, found[0])

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ._protocol import Store
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, *, create: bool = True) -> Store:
     """Build the store a URL names. Nothing is opened until first use.
 
     - ``sqlite:///relative/app.db`` or ``sqlite:////absolute/app.db``, with an optional
@@ -22,6 +22,11 @@ def open_store(url: str) -> Store:
     - ``postgresql://user@host:5432/db`` (or ``postgres://``), with an optional
       ``?schema=name`` for tether's tables (the other parameters go to the driver);
     - ``memory://``.
+
+    With ``create=False`` (the operator's read commands) the store creates
+    nothing: it opens an existing tether store of this version or raises
+    `StoreNotFound` or `SchemaVersionError` (a memory store is always new, and
+    ignores it).
 
     Raises:
         ConfigurationError: The URL names no store tether knows.
@@ -33,9 +38,9 @@ def open_store(url: str) -> Store:
         query = parse_qs(parts.query, keep_blank_values=True)
         schema = query.pop("schema", [None])[-1]
         if schema is None:
-            return PostgresStore(url)
+            return PostgresStore(url, create=create)
         rest = urlencode(query, doseq=True)
-        return PostgresStore(urlunsplit(parts._replace(query=rest)), schema=schema)
+        return PostgresStore(urlunsplit(parts._replace(query=rest)), schema=schema, create=create)
     if scheme == "memory":
         return MemoryStore()
     if scheme == "sqlite":
@@ -52,7 +57,7 @@ def open_store(url: str) -> Store:
             )
         if synchronous not in ("FULL", "NORMAL"):
             raise ConfigurationError(f"synchronous={synchronous!r} in {url!r}; use FULL or NORMAL.")
-        return SQLiteStore(path[1:], synchronous=synchronous)  # type: ignore[arg-type]
+        return SQLiteStore(path[1:], create=create, synchronous=synchronous)  # type: ignore[arg-type]
     raise ConfigurationError(
         f"Cannot open a store from {url!r}: use sqlite:///path.db, postgresql://... or memory://."
     )

@@ -98,7 +98,10 @@ async def run_due(*runners: Resumable) -> list[RunResult]:
 
 
 async def _paused(store: Store) -> list[Execution]:
+    """Executions waiting for their time or a decision (paused), or decided and waiting to go on."""
     found: list[Execution] = []
-    while page := await store.list_executions(status="paused", limit=100, after=found[-1] if found else None):
-        found += page
-    return found
+    for status in ("paused", "decided"):
+        page: list[Execution] = []
+        while page := await store.list_executions(status=status, limit=100, after=page[-1] if page else None):
+            found += page
+    return sorted(found, key=lambda e: (e.created_at, e.execution_id))

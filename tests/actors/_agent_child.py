@@ -93,7 +93,7 @@ def build(scenario: str, store: Store) -> tuple[Agent, ScriptedLLM]:
 
     llm = CountingLLM(script)
     agent = Agent(name=scenario, llm=llm, tools=[approve_refund, refund, lookup, slow], store=store,
-                  lease_seconds=1.0)
+                  lease_seconds=60.0)
     return agent, llm
 
 

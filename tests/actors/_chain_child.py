@@ -50,7 +50,7 @@ def approve(state: Any) -> dict[str, Any]:
 
 
 def build(scenario: str, store: Store) -> Chain:
-    chain = Chain(scenario, store=store, lease_seconds=1.0)
+    chain = Chain(scenario, store=store, lease_seconds=60.0)
     if scenario == "line":
         for name in ("n1", "n2", "n3", "n4", "n5"):
             chain.add_node(node(name))

@@ -54,17 +54,20 @@ async def _main(build: Build, input: Any, url: str, scenario: str, mode: str, ex
                 print(json.dumps({"status": "already_resumed"}), flush=True)
                 return
         else:
-            while True:
-                try:
-                    result = await runner.resume(execution_id)
-                    break
-                except LeaseHeld as held:  # the killed process's lease runs out first
-                    await anyio.sleep(held.seconds_left + 0.05)
+            try:
+                # At once: a process killed on this machine is seen dead, and its lease taken over.
+                result = await runner.resume(execution_id)
+            except LeaseHeld as held:
+                print(json.dumps({"status": "lease_held", "owner": held.owner}), flush=True)
+                return
     print(json.dumps({**result.model_dump(mode="json"), **extra()}), flush=True)
 
 
 def run_child(build: Build, input: Any) -> None:
-    """Usage: python <child>.py STORE_URL BACKEND SCENARIO MODE EXECUTION_ID [SCHEMA]; MODE: run | resume | recover."""
+    """Usage: python <child>.py STORE_URL BACKEND SCENARIO MODE EXECUTION_ID [SCHEMA]; MODE: run | resume | recover.
+
+    ``recover`` tries once: a lease it finds held is printed as ``{"status": "lease_held"}``.
+    """
     url, backend, scenario, mode, execution_id = sys.argv[1:6]
     anyio.run(_main, build, input, url, scenario, mode, execution_id, sys.argv[6] if len(sys.argv) > 6 else None,
               backend=backend)

@@ -89,7 +89,7 @@ def build(scenario: str, store: Store) -> Swarm | Supervisor:
             agent("analyst", [middle, ToolCall("handoff_to_reporter", {"message": "ok"})], [approve_publish, draft]),
             agent("reporter", ["Report done."], []),
         ], entrypoint="researcher", handoffs={"researcher": ["analyst"], "analyst": ["reporter"]},
-            store=store, lease_seconds=1.0)
+            store=store, lease_seconds=60.0)
     workers = [Worker(agent("researcher", [ToolCall("search", {"query": "q"}), "found"], [search]), "researcher")]
     if scenario == "twice":
         workers.append(Worker(agent("auditor", [ToolCall("refund_and_freeze", {"amount": 9}), "audited"],
@@ -101,7 +101,7 @@ def build(scenario: str, store: Store) -> Swarm | Supervisor:
         workers.append(Worker(agent("auditor", [tool, "audited"], [draft, approve_refund]), "auditor"))
         script = [[ToolCall("delegate_to_researcher", {"task": "research"}),
                    ToolCall("delegate_to_auditor", {"task": "audit"})], "Planned."]
-    return Supervisor(scenario, llm=CountingLLM("planner", script), workers=workers, store=store, lease_seconds=1.0)
+    return Supervisor(scenario, llm=CountingLLM("planner", script), workers=workers, store=store, lease_seconds=60.0)
 
 
 if __name__ == "__main__":

@@ -60,7 +60,8 @@ async def test_resume_is_accepted_then_continued_and_a_second_is_refused(db_stor
         first = await client.post("/api/executions/h-2/resume", json={"approved": True,
                                                                       "metadata": {"approver": "alice"}})
         assert first.status_code == 202
-        assert first.json() == {"execution_id": "h-2", "status": "accepted", "continuing": True}
+        assert first.json() == {"execution_id": "h-2", "status": "accepted", "continuing": True,
+                                "detail": "Decision recorded; this server continues the run."}
         again = await client.post("/api/executions/h-2/resume", json={"approved": False})
         assert again.status_code == 409
         assert "already resumed" in again.json()["detail"]

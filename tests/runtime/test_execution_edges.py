@@ -75,7 +75,7 @@ class Sender(Actor[BaseModel]):
 async def test_sends_are_not_repeated_when_a_handler_runs_again(store: Store) -> None:
     async with Runtime(store) as rt:
         assert (await rt.run(Sender, None, execution_id="s", name="s")).status == "paused"
-        done = await rt.resume(Sender, "s", Resume())
+        done = await rt.resume(Sender, "s", Resume(approved=True))
     assert done.output == {"approved": True, "total": 6}  # 5 sends once, then the ask
 
 
@@ -102,7 +102,7 @@ async def test_parallel_asks_replay_their_own_answers(store: Store) -> None:
     async with Runtime(store) as rt:
         paused = await rt.run(ParallelAsker, None, execution_id="p", name="p")
         first_sum = paused.status
-        done = await rt.resume(ParallelAsker, "p", Resume())
+        done = await rt.resume(ParallelAsker, "p", Resume(approved=True))
     assert first_sum == "paused"
     assert done.output is not None
     assert done.output["sum"] in (1 + 101, 100 + 101)  # the answers of the first run

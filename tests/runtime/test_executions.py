@@ -13,6 +13,7 @@ from tether.runtime import (
     Resume,
     Runtime,
     Start,
+    Suspension,
     call_scope,
     idempotent,
     interrupt,
@@ -78,7 +79,7 @@ class ParallelPlanner(Actor[Plan]):
 
     async def receive(self, message: Start) -> Any:
         verdicts: dict[str, Any] = {}
-        failures: list[Exception] = []
+        failures: list[BaseException] = []
 
         async def delegate(role: str) -> None:
             # Let every branch settle before re-raising: a sibling cancelled half-way
@@ -86,14 +87,14 @@ class ParallelPlanner(Actor[Plan]):
             try:
                 ref = await self.context.spawn(Auditor, role, durable=True)
                 verdicts[role] = await ref.ask(Audit(amount=50_000))
-            except Exception as exc:
+            except (Exception, Suspension) as exc:
                 failures.append(exc)
 
         async with anyio.create_task_group() as tg:
             for role in ("east", "west"):
                 tg.start_soon(delegate, role)
         if failures:
-            raise ExceptionGroup("delegations", failures)
+            raise BaseExceptionGroup("delegations", failures)
         self.context.finish(verdicts)
 
 
@@ -172,7 +173,7 @@ async def test_a_resumer_that_died_after_its_claim_is_finished_by_recovery(store
 async def test_two_recoverers_at_once_one_runs(store: Store) -> None:
     async with Runtime(store) as rt:
         await rt.run(Planner, {"amount": 50_000}, execution_id="race", name="planner")
-    await store.claim("race", Resume().model_dump(mode="json"), path=PATH)
+    await store.claim("race", Resume(approved=True).model_dump(mode="json"), path=PATH)
     outcomes: list[str] = []
 
     async def recover(rt: Runtime) -> None:
@@ -213,7 +214,7 @@ async def test_cancel_a_paused_execution(store: Store) -> None:
         assert cancelled.status == "cancelled"
         assert await store.count_pending() == 0
         with pytest.raises(ExecutionFinished):
-            await rt.resume(Planner, "stop", Resume())
+            await rt.resume(Planner, "stop", Resume(approved=True))
 
 
 async def test_a_root_that_raises_fails_the_execution(store: Store) -> None:

@@ -94,6 +94,20 @@ async def test_list_executions_filters_and_pages(store: Store) -> None:
     assert [e.execution_id for e in page1 + page2 + page3] == ids
 
 
+
+async def test_recent_lists_the_most_recently_updated_first_across_the_table(store: Store) -> None:
+    ids = [f"ex-{i}" for i in range(5)]
+    leases = {execution_id: await started(store, execution_id) for execution_id in ids}
+    await store.release_lease(leases["ex-0"], status="completed", result=1)  # the oldest, updated last
+    recent = await store.list_executions(recent=True)
+    assert recent[0].execution_id == "ex-0"
+    assert [e.execution_id for e in recent[1:]] == ["ex-4", "ex-3", "ex-2", "ex-1"]
+    page1 = await store.list_executions(recent=True, limit=2)
+    page2 = await store.list_executions(recent=True, limit=2, after=page1[-1])
+    page3 = await store.list_executions(recent=True, limit=2, after=page2[-1])
+    assert page1 + page2 + page3 == recent
+    assert [e.execution_id for e in await store.list_executions(recent=True, status="running", limit=1)] == ["ex-4"]
+
 # -- journal -------------------------------------------------------------------
 
 
@@ -238,6 +252,19 @@ async def test_expired_lease_is_taken_over_and_old_holder_is_fenced(store: Store
     assert await store.append(new_lease, [entry("after")]) == [2]
 
 
+
+async def test_a_lease_known_dead_is_replaced_before_it_expires(store: Store) -> None:
+    lease = await started(store)  # 60 s left: its owner died, and a recoverer proved it
+    with pytest.raises(LeaseHeld):
+        await store.acquire_lease(lease.execution_id, owner="proc-b", lease_seconds=60, replacing="proc-other")
+    taken = await store.acquire_lease(lease.execution_id, owner="proc-b", lease_seconds=60, replacing=OWNER)
+    assert taken.owner == "proc-b" and taken.epoch == lease.epoch + 1
+    with pytest.raises(StaleLease):  # the dead owner, if it comes back, is fenced out
+        await store.append(lease, [entry("late")])
+    # Replacing names one owner: the new holder's live lease is not taken by that name.
+    with pytest.raises(LeaseHeld):
+        await store.acquire_lease(lease.execution_id, owner="proc-c", lease_seconds=60, replacing=OWNER)
+
 async def test_renew_extends_and_release_gives_up(store: Store) -> None:
     lease = await started(store)
     renewed = await store.renew_lease(lease, lease_seconds=3600)
@@ -325,6 +352,33 @@ async def test_claim_consumes_once_and_journals_the_decision(store: Store) -> No
         await store.claim(lease.execution_id, {"approved": False})
     assert len(await store.read_journal(lease.execution_id)) == len(journal)
 
+
+
+async def test_a_claim_marks_a_paused_execution_decided_for_workers(store: Store) -> None:
+    lease, _ = await paused(store)
+    before = await store.get_execution(lease.execution_id)
+    assert before is not None and before.status == "paused" and before.wake_at is None
+    await store.claim(lease.execution_id, {"approved": True}, by="cli:alice")
+    after = await store.get_execution(lease.execution_id)
+    assert after is not None and after.status == "decided"
+    assert after.wake_at is not None and after.updated_at > before.updated_at
+    [resumed] = [e for e in await store.read_journal(lease.execution_id) if e.kind == "resumed"]
+    assert resumed.payload["by"] == "cli:alice"  # type: ignore[index, call-overload]
+    [taken] = await store.take_work(owner="worker", lease_seconds=60, limit=5)
+    assert taken.execution_id == lease.execution_id
+    running = await store.get_execution(lease.execution_id)
+    assert running is not None and running.status == "running" and running.wake_at is None
+
+
+async def test_a_cancelled_execution_says_so_to_a_late_claim(store: Store) -> None:
+    lease, seq = await paused(store)
+    path = "chain:refund/node:approve"
+    await store.claim(lease.execution_id, {"approved": True}, path=path)
+    cancelling = await store.acquire_lease(lease.execution_id, owner=OWNER, lease_seconds=60)
+    await store.release_lease(cancelling, status="cancelled")
+    for late in ({"path": path}, {"path": path, "seq": seq}, {}):
+        with pytest.raises(ExecutionFinished, match="cancelled"):
+            await store.claim(lease.execution_id, {"approved": False}, **late)  # type: ignore[arg-type]
 
 async def test_claim_without_path_needs_exactly_one_pending(store: Store) -> None:
     lease = await started(store)

@@ -164,15 +164,20 @@ class StoreModel(RuleBasedStateMachine):
             del run.pending[path]
             run.decided.add(path)
             run.ready = True
+            if run.status == "paused":
+                run.status = "decided"  # a decision waits for a process to carry it out
             return
-        expected = AlreadyResumed if path in run.decided else (ExecutionFinished, NoPendingInterrupt)
+        # A cancelled execution says so, whatever was decided before it was cancelled.
+        late = path in run.decided and run.status != "cancelled"
+        expected = AlreadyResumed if late else (ExecutionFinished, NoPendingInterrupt)
         with pytest.raises(expected):
             self.call(self.store.claim, execution, {"approved": True}, path=path, owner=claimer)
 
     @precondition(lambda self: bool(self.model))
     @rule(owner=st.sampled_from(OWNERS))
     def take_work(self, owner: str) -> None:
-        ready = {e for e, r in self.model.items() if r.ready and r.owner is None and r.status == "paused"}
+        ready = {e for e, r in self.model.items()
+                 if r.ready and r.owner is None and r.status in ("paused", "decided")}
         leases = self.call(self.store.take_work, owner=owner, lease_seconds=LEASE, limit=10, roots=["chain:x"])
         assert {lease.execution_id for lease in leases} == ready
         for lease in leases:
