@@ -1,4 +1,4 @@
-"""``tether demo``: the seed's story, end to end, in real processes, in a few seconds.
+"""``tether demo``: a supervisor's refund approval, end to end, in real processes, in a few seconds.
 
 A supervisor delegates a $50k refund to a researcher and an auditor at once; the
 auditor's tool pauses for a manager. That process exits. The pending approval
@@ -24,7 +24,7 @@ from typing import Any
 
 import anyio
 import anyio.from_thread
-from tether.runtime import AlreadyResumed, LeaseHeld, Resume, idempotent, interrupt
+from tether.runtime import AlreadyResumed, Resume, idempotent, interrupt
 from tether.stores import open_store
 
 from ._agent import Agent
@@ -47,7 +47,9 @@ def lookup_order(order: str) -> dict[str, Any]:
 
 @idempotent
 def issue_refund(order: str, amount: int) -> str:
-    print(f"      $ refund of ${amount:,} sent for {order} (once, whatever happens)", flush=True)
+    # One write: a print() from another tool's thread can land between print's text and its newline.
+    sys.stdout.write(f"$ refund of ${amount:,} sent for {order} (once, whatever happens)\n")
+    sys.stdout.flush()
     return f"refunded ${amount:,}"
 
 
@@ -87,7 +89,7 @@ def _planner() -> Supervisor:
     auditor = Agent("auditor", llm=ScriptedLLM(audit), tools=[approve_refund])
     return Supervisor("planner", llm=ScriptedLLM(plan),
                       workers=[Worker(researcher, "researcher", "Looks orders up."),
-                               Worker(auditor, "auditor", "Processes refunds.")], lease_seconds=1.0)
+                               Worker(auditor, "auditor", "Processes refunds.")])
 
 
 planner = _planner()
@@ -101,14 +103,10 @@ async def _step(step: str, url: str, execution_id: str) -> None:
             order = "R-7" if execution_id.endswith("r7") else "R-8"
             result = await planner.run(f"Handle the refund request for order {order}.", execution_id=execution_id)
         elif step == "approve":
-            result = await planner.resume(execution_id, Resume(approved=True, metadata={"approver": "alice"}))
-        else:
-            while True:
-                try:
-                    result = await planner.resume(execution_id)
-                    break
-                except LeaseHeld as held:  # the killed process's lease runs out first
-                    await anyio.sleep(held.seconds_left + 0.05)
+            result = await planner.resume(execution_id, Resume(approved=True, metadata={"approver": "alice"}),
+                                          by="demo:alice")
+        else:  # at once: the killed process is seen dead on this machine, and its lease taken over
+            result = await planner.resume(execution_id)
     calls = planner.agent.llm.calls  # type: ignore[attr-defined]
     print(json.dumps({**result.model_dump(mode="json"), "planner_llm_calls": calls}), flush=True)
 
@@ -121,7 +119,7 @@ def run_demo(url: str, *, backend: str = "asyncio") -> int:
     say.title(f"tether demo: a supervisor, two workers, a $50k refund ({url}, {backend})")
 
     say.step(f"1. process A runs {first}: the planner delegates to the researcher and the auditor at once")
-    paused = _child("run", url, first, backend)
+    paused = _child("run", url, first, backend, "A")
     pending = paused["pending_interrupt"]
     say.line(f"paused at {pending['agent_path']}: {pending['reason']} {json.dumps(pending['context'])}")
     say.line(f"process A exited; its run waits in the store ({paused['planner_llm_calls']} planner LLM call)")
@@ -132,7 +130,7 @@ def run_demo(url: str, *, backend: str = "asyncio") -> int:
         say.line(f"{row['execution_id']}  {row['agent_path']}  {row['reason']}")
 
     say.step("3. process B approves as alice and continues the run")
-    done = _child("approve", url, first, backend)
+    done = _child("approve", url, first, backend, "B")
     say.line(f"{done['status']}: {done['output']}")
     say.line(f"the planner's LLM was asked {done['planner_llm_calls']} time in process B: its delegations "
              f"were journaled, only its final turn was new")
@@ -144,9 +142,9 @@ def run_demo(url: str, *, backend: str = "asyncio") -> int:
         say.line("bob approves too, a moment later: refused with AlreadyResumed, nothing changed")
 
     say.step(f"4. process C runs {second} and is killed with SIGKILL in the middle of a delegation")
-    _kill_inside(url, second, backend)
+    _kill_inside(url, second, backend, "C")
     say.line("process C died inside the researcher's lookup_order tool")
-    recovered = _child("recover", url, second, backend)
+    recovered = _child("recover", url, second, backend, "D")
     say.line(f"process D recovered it: {recovered['status']}: {recovered['output']}")
     say.line(f"the planner's LLM was asked {recovered['planner_llm_calls']} time in process D: the "
              f"delegations made before the kill were not decided again")
@@ -170,28 +168,37 @@ async def _approve_again(url: str, execution_id: str) -> None:
         await planner.resume(execution_id, Resume(approved=True, metadata={"approver": "bob"}))
 
 
-def _child(step: str, url: str, execution_id: str, backend: str) -> dict[str, Any]:
+def _child(step: str, url: str, execution_id: str, backend: str, name: str) -> dict[str, Any]:
     done = subprocess.run([sys.executable, "-m", "tether.actors._demo", step, url, execution_id, backend],
                           capture_output=True, text=True, timeout=120, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"demo step {step!r} failed:\n{done.stderr}")
-    for line in done.stdout.splitlines():
-        if line.startswith("      $"):
-            print(line, flush=True)
+    _side_effects(done.stdout, name)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
-def _kill_inside(url: str, execution_id: str, backend: str) -> None:
+def _kill_inside(url: str, execution_id: str, backend: str, name: str) -> None:
     env = {**os.environ, "TETHER_DEMO_BLOCK": "lookup_order"}
+    seen: list[str] = []
     with subprocess.Popen([sys.executable, "-m", "tether.actors._demo", "run", url, execution_id, backend],
                           stdout=subprocess.PIPE, text=True, env=env) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:  # wait until it is inside the tool
             if "inside lookup_order" in line:
                 break
+            seen.append(line)
         proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=30)
+        rest, _ = proc.communicate(timeout=30)
+    # The auditor, in parallel, may have refunded before the kill: what a process did, it says.
+    _side_effects("".join(seen) + rest, name)
+
+
+def _side_effects(output: str, name: str) -> None:
+    """Tell the side effects a demo process reported, as that process's."""
+    for line in output.splitlines():
+        if line.startswith("$ "):
+            print(f"      process {name}: {line}", flush=True)
 
 
 class _Narrator:

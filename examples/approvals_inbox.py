@@ -6,14 +6,20 @@
 
 It talks to the store only, so it works from any process or machine that reaches
 the same database, while the executions themselves are paused: the decision is
-journaled now and carried out by whichever process continues the execution.
-A second decision on the same interrupt is refused with AlreadyResumed.
+journaled now (the execution is then `decided`) and carried out by whichever
+process continues the execution: `tether worker`, `tether recover ID --app ...`,
+or an application running `serve_executions`. A second decision on the same
+interrupt is refused with AlreadyResumed. It decides with the store's own claim,
+which does not check the decision against the model a tool expects: the CLI and
+the page do (they need the application's code for a custom decision model).
+The store is ``$TETHER_STORE``, else ``sqlite:///tether.db``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import UTC, datetime
 
@@ -36,7 +42,7 @@ async def decide(store: Store, execution_id: str, path: str, approved: bool, by:
     """Claim one interrupt with a decision; return the exit code (2: someone was first)."""
     value = {"approved": approved, "metadata": {"approver": by, "note": note}}
     try:
-        decision = await store.claim(execution_id, value, path=path)
+        decision = await store.claim(execution_id, value, path=path, by=f"inbox:{by}")
     except AlreadyResumed as exc:
         print(f"Too late: {exc}")
         return 2
@@ -61,7 +67,7 @@ async def main(args: argparse.Namespace) -> int:
 def parse(argv: list[str]) -> argparse.Namespace:
     """Read the command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", default="sqlite:///tether-demo.db")
+    parser.add_argument("--store", default=os.environ.get("TETHER_STORE", "sqlite:///tether.db"))
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     choice = parser.add_mutually_exclusive_group()
     choice.add_argument("--approve", metavar="EXECUTION_ID")

@@ -1,17 +1,26 @@
-"""The seed's refund flow as a durable chain: it pauses for a manager, and survives the wait.
+"""A refund flow as a durable chain: it pauses for a manager, and survives the wait.
 
-    python examples/refund_chain.py                 # runs, pauses at approve_refund, exits
-    python examples/refund_chain.py --approve       # a new process resumes it to the end
+    python examples/refund_chain.py                 # runs, pages a manager, pauses at approve_refund, exits
+    tether pending                                  # what waits: chain:refund/node:approve_refund
+    tether resume refund-abc --set approved=true --set metadata.approver=alice --app examples.refund_chain:runners
+    tether serve --app examples.refund_chain:runners   # ... or approve it at http://127.0.0.1:8765/approvals
+    python examples/refund_chain.py --approve       # ... or a new process of this script resumes it
     python examples/refund_chain.py --reject        # ... or rejects it
 
-Run the first command twice and the second run returns the same paused result:
-the execution id is an idempotency key. Use --store for Postgres, --backend trio for trio.
+Run the `tether` commands from the repository's root (so that `examples.refund_chain`
+imports). The manager is paged once, whichever process resumes the run: the page is
+`@idempotent`. Run the first command twice and the second run returns the same
+paused result: the execution id is an idempotency key. The store is ``$TETHER_STORE``,
+else ``sqlite:///tether.db`` (the CLI's default too); ``--store`` picks another
+(``postgresql://...``), ``--backend trio`` runs it on trio.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
 from typing import Any
 
@@ -19,6 +28,8 @@ import anyio
 from tether.actors import Chain
 from tether.runtime import AlreadyResumed, Resume, idempotent, interrupt
 from tether.stores import Store, open_store
+
+DEFAULT_STORE = "sqlite:///tether.db"
 
 
 def validate(state: dict[str, Any]) -> dict[str, Any]:
@@ -31,7 +42,7 @@ def validate(state: dict[str, Any]) -> dict[str, Any]:
 def page_manager(amount: int) -> str:
     # Before interrupt(), so it runs again when the node is resumed: @idempotent makes
     # the page go out once.
-    print(f"   (paging a manager about ${amount:,})")
+    print(f"   (paging a manager about ${amount:,})", flush=True)
     return "paged"
 
 
@@ -52,9 +63,14 @@ def notify(state: dict[str, Any]) -> dict[str, Any]:
     return {"message": f"${state['amount']:,} {verdict}"}
 
 
-def refund_chain(store: Store) -> Chain:
+def refund_chain(store: Store | None = None) -> Chain:
     """The flow; examples/test_refund_chain.py tests it with tether's testing kit."""
     return Chain("refund", [validate, approve_refund, charge, notify], store=store)
+
+
+runners = [refund_chain()]
+"""What ``--app examples.refund_chain:runners`` loads: the CLI, ``tether serve`` and
+``tether worker`` give it their store."""
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -63,7 +79,7 @@ async def main(args: argparse.Namespace) -> int:
         if args.approve or args.reject:
             decision = Resume(approved=args.approve, metadata={"approver": args.approver})
             try:
-                result = await chain.resume(args.execution_id, decision)
+                result = await chain.resume(args.execution_id, decision, by=f"script:{args.approver}")
             except AlreadyResumed as exc:
                 print(f"Already decided: {exc}")
                 return 2
@@ -73,7 +89,11 @@ async def main(args: argparse.Namespace) -> int:
         pending = result.pending_interrupt
         assert pending is not None
         print(f"paused at {pending.agent_path}: {pending.reason} {json.dumps(pending.context)}")
-        print(f"resume it from any process: python {sys.argv[0]} --approve")
+        tether = "tether" if args.store == DEFAULT_STORE else f"tether --store {shlex.quote(args.store)}"
+        print("decide it from any process:")
+        print(f"   {tether} resume {shlex.quote(args.execution_id)} --set approved=true "
+              f"--app examples.refund_chain:runners")
+        print(f"   python {sys.argv[0]} --approve" + ("" if args.store == DEFAULT_STORE else f" --store {args.store}"))
     else:
         print(f"{result.status}: {json.dumps(result.output)}")
     return 0
@@ -81,7 +101,7 @@ async def main(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", default="sqlite:///refunds.db")
+    parser.add_argument("--store", default=os.environ.get("TETHER_STORE", DEFAULT_STORE))
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     parser.add_argument("--execution-id", default="refund-abc")
     parser.add_argument("--amount", type=int, default=50_000)

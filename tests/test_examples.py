@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -78,76 +80,116 @@ def test_ledger_actor_survives_sigkill(kind: str, backend: str, tmp_path: Path,
         admin_sql(dsn, f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
+class OperatorShell:
+    """The commands an example's docstring shows, typed in one directory with the default store.
+
+    ``python examples/x.py`` and the installed ``tether`` both use ``sqlite:///tether.db`` there;
+    ``examples.x`` imports through PYTHONPATH, as from the repository's root.
+    """
+
+    def __init__(self, cwd: Path, backend: str) -> None:
+        self.cwd, self.backend = cwd, backend
+        self.env = {k: v for k, v in os.environ.items() if k not in ("TETHER_STORE", "TETHER_TOKEN")}
+        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(EXAMPLES.parent), os.environ.get("PYTHONPATH")]))
+        self.said: list[str] = []  # everything every command printed, to count side effects
+
+    def _run(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, cwd=self.cwd,
+                              env=self.env)
+        self.said.append(done.stdout)
+        return done
+
+    def python(self, example: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return self._run([sys.executable, str(EXAMPLES / example), "--backend", self.backend, *args])
+
+    def tether(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self._run([TETHER, "--backend", self.backend, *args])
+
+    def hinted(self, output: str) -> subprocess.CompletedProcess[str]:
+        """Run the ``tether ...`` command an example printed, as printed."""
+        [line] = [line.strip() for line in output.splitlines() if line.strip().startswith("tether ")]
+        return self.tether(*shlex.split(line)[1:])
+
+    def count(self, text: str) -> int:
+        return sum(out.count(text) for out in self.said)
+
+
+TETHER = str(Path(sys.executable).with_name("tether"))
+RUNNER_EXAMPLES = [
+    ("refund_chain.py", "refund-abc", "chain:refund/node:approve_refund", '"message": "$50,000 refunded"'),
+    ("refund_agent.py", "refund-bot-1", "agent:refund-bot/tool:approve_refund",
+     "Refund processed: refund of $50,000 sent."),
+    ("content_swarm.py", "trip-456", "swarm:content_team/agent:analyst/tool:approve_publish",
+     "Report: tide energy, three sources, cleared by the editor."),
+    ("planner_supervisor.py", "job-42", "supervisor:planner/worker:auditor/tool:approve_refund",
+     "Order R-7: $42,000 for ACME. Refund: R-7: refunded $42,000."),
+]
+
+
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_refund_chain_pauses_then_completes_in_another_process(tmp_path: Path, backend: str) -> None:
-    def example(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, str(EXAMPLES / "refund_chain.py"), "--store", f"sqlite:///{tmp_path / 'r.db'}",
-             "--backend", backend, *args],
-            capture_output=True, text=True, timeout=60, check=False,
-        )
-
-    first = example()
-    assert first.returncode == 0, first.stderr
-    assert "paused at chain:refund/node:approve_refund" in first.stdout
-    assert first.stdout.count("paging a manager") == 1
-    approved = example("--approve")
-    assert approved.returncode == 0, approved.stderr
-    assert '"charged": 50000' in approved.stdout
-    assert "paging a manager" not in approved.stdout  # the node ran again; the page did not
-    late = example("--reject")
-    assert late.returncode == 2
-    assert "Already decided" in late.stdout
-
-
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_refund_agent_pauses_then_completes_in_another_process(tmp_path: Path, backend: str) -> None:
-    def example(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, str(EXAMPLES / "refund_agent.py"), "--store", f"sqlite:///{tmp_path / 'a.db'}",
-             "--backend", backend, *args],
-            capture_output=True, text=True, timeout=60, check=False,
-        )
-
-    first = example()
-    assert first.returncode == 0, first.stderr
-    assert "paused at agent:refund-bot/tool:approve_refund" in first.stdout
-    assert first.stdout.count("paging a manager") == 1
-    approved = example("--approve")
-    assert approved.returncode == 0, approved.stderr
-    assert "completed: Refund processed: refund of $50,000 sent." in approved.stdout
-    assert "paging a manager" not in approved.stdout  # the tool ran again; the page did not
-    assert approved.stdout.count("refunding $50,000") == 1
-    late = example("--reject")
-    assert late.returncode == 2
-    assert "Already decided" in late.stdout
-
-
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
-@pytest.mark.parametrize(("name", "paused_at", "done"), [
-    ("content_swarm.py", "swarm:content_team/agent:analyst/tool:approve_publish",
-     "completed: Report: tide energy, three sources, cleared by the editor."),
-    ("planner_supervisor.py", "supervisor:planner/worker:auditor/tool:approve_refund",
-     "completed: Order R-7 ($42,000, ACME) was looked up and its refund handled."),
-])
-def test_teams_pause_then_complete_in_another_process(tmp_path: Path, backend: str, name: str, paused_at: str,
-                                                      done: str) -> None:
-    def example(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, str(EXAMPLES / name), "--store", f"sqlite:///{tmp_path / 't.db'}",
-             "--backend", backend, *args],
-            capture_output=True, text=True, timeout=60, check=False,
-        )
-
-    first = example()
+@pytest.mark.parametrize(("name", "execution_id", "paused_at", "done"), RUNNER_EXAMPLES,
+                         ids=[e[0] for e in RUNNER_EXAMPLES])
+def test_the_operators_path_of_each_example(tmp_path: Path, backend: str, name: str, execution_id: str,
+                                             paused_at: str, done: str) -> None:
+    shell = OperatorShell(tmp_path, backend)
+    first = shell.python(name)
     assert first.returncode == 0, first.stderr
     assert f"paused at {paused_at}" in first.stdout
-    approved = example("--approve")
-    assert approved.returncode == 0, approved.stderr
-    assert done in approved.stdout
-    late = example("--reject")
+    listed = shell.tether("pending")  # the same default store as the script's
+    assert listed.returncode == 0, listed.stderr
+    assert execution_id in listed.stdout and paused_at in listed.stdout
+    resumed = shell.hinted(first.stdout)  # tether resume ID --set approved=true --app examples.x:runners
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert resumed.stdout.startswith("completed") or "\ncompleted: " in resumed.stdout
+    assert done in resumed.stdout
+    late = shell.python(name, "--reject")
     assert late.returncode == 2
     assert "Already decided" in late.stdout
+    # The script pages the manager; the CLI, which loads the code as examples.<name>, does not again.
+    assert shell.count("paging a manager") == (1 if name in ("refund_chain.py", "refund_agent.py") else 0)
+    if name == "refund_agent.py":
+        assert shell.count("refunding $50,000") == 1
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_side_effect_runs_once_whatever_name_its_module_is_loaded_under(tmp_path: Path, backend: str) -> None:
+    shell = OperatorShell(tmp_path, backend)
+    # python -m examples.refund_chain (module __main__, spec examples.refund_chain), then the script
+    by_module = shell._run([sys.executable, "-m", "examples.refund_chain", "--backend", backend,
+                            "--execution-id", "m-1"])
+    assert by_module.returncode == 0, by_module.stderr
+    approved = shell.python("refund_chain.py", "--approve", "--execution-id", "m-1")
+    assert approved.returncode == 0, approved.stderr
+    # the script (module __main__), then a worker that loads examples.refund_chain
+    assert shell.python("refund_chain.py", "--execution-id", "w-1").returncode == 0
+    recorded = shell.tether("resume", "w-1", "--set", "approved=true", "--by", "alice")
+    assert "decided" in shell.tether("executions").stdout and recorded.returncode == 0
+    with subprocess.Popen([TETHER, "--backend", backend, "worker", "--app", "examples.refund_chain:runners",
+                           "--poll-interval", "0.2"], cwd=tmp_path, env=shell.env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True) as worker:
+        assert worker.stdout is not None
+        for line in worker.stdout:  # it logs each run it carries out
+            shell.said.append(line)
+            if "ran w-1: completed" in line:
+                break
+        worker.terminate()
+        shell.said.append(worker.communicate(timeout=60)[0])
+    assert shell.count("paging a manager about $50,000") == 2  # once per execution, not once per process
+    shown = json.loads(shell.tether("show", "w-1", "--json").stdout)
+    assert shown["execution"]["status"] == "completed"
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_planner_refusal_ends_with_an_answer_that_agrees_with_the_journal(tmp_path: Path, backend: str) -> None:
+    shell = OperatorShell(tmp_path, backend)
+    assert shell.python("planner_supervisor.py").returncode == 0
+    refused = shell.python("planner_supervisor.py", "--reject")
+    assert refused.returncode == 0, refused.stderr
+    assert "completed: Order R-7: $42,000 for ACME. Refund: R-7: refund refused by the manager." in refused.stdout
+    assert "refunding" not in refused.stdout and "refunded" not in refused.stdout
+    journal = json.loads(shell.tether("show", "job-42", "--json").stdout)["journal"]
+    [decision] = [e for e in journal if e["kind"] == "resumed"]
+    assert decision["payload"]["value"]["approved"] is False
 
 
 def test_the_example_test_file_passes_as_a_user_would_run_it(postgres_dsn: str) -> None:

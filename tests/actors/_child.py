@@ -56,7 +56,7 @@ async def _main(build: Build, input: Any, url: str, scenario: str, mode: str, ex
         else:
             try:
                 # At once: a process killed on this machine is seen dead, and its lease taken over.
-                result = await runner.resume(execution_id)
+                result = await runner.resume(execution_id, force=mode == "force")
             except LeaseHeld as held:
                 print(json.dumps({"status": "lease_held", "owner": held.owner}), flush=True)
                 return
@@ -64,7 +64,9 @@ async def _main(build: Build, input: Any, url: str, scenario: str, mode: str, ex
 
 
 def run_child(build: Build, input: Any) -> None:
-    """Usage: python <child>.py STORE_URL BACKEND SCENARIO MODE EXECUTION_ID [SCHEMA]; MODE: run | resume | recover.
+    """Usage: python <child>.py STORE_URL BACKEND SCENARIO MODE EXECUTION_ID [SCHEMA].
+
+    MODE: run | resume | recover | force (a recovery that takes any lease over).
 
     ``recover`` tries once: a lease it finds held is printed as ``{"status": "lease_held"}``.
     """

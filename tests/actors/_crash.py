@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tether.stores import PostgresStore, Store, open_store
 
 
 class Scenario:
@@ -58,6 +59,16 @@ class Scenario:
 
     def counts(self) -> Counter[str]:
         return Counter(self.runs.read_text().split())
+
+    def die_at(self, scenario: str, point: str, mode: str = "run") -> None:
+        """Run with the fault hook armed at ``point`` (``TETHER_FAULTS``): the child kills itself there."""
+        done = subprocess.run(self.command(scenario, mode), capture_output=True, text=True, timeout=120,
+                              check=False, env={**self.env, "TETHER_FAULTS": point})
+        assert done.returncode == -signal.SIGKILL, done.stdout + done.stderr
+
+    def store(self) -> Store:
+        """The scenario's store, as the parent opens it (not opened yet)."""
+        return PostgresStore(self.url, schema=self.extra[0]) if self.extra else open_store(self.url)
 
 
 def make_scenario(child: Path, request: pytest.FixtureRequest, tmp_path: Path, backend: str) -> Scenario:
