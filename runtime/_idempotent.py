@@ -19,7 +19,6 @@ key across renames and moves.
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import threading
 from contextvars import ContextVar
@@ -28,11 +27,11 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, get_type_hints
 
 import anyio.from_thread
 from pydantic import TypeAdapter
-from pydantic_core import PydanticSerializationError, to_json
+from pydantic_core import PydanticSerializationError
 from tether.stores import ConfigurationError, SerializationError, UsageError
 
 from . import _faults
-from ._interrupt import Suspension, current_segment
+from ._interrupt import Suspension, content_digest, current_segment
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -73,19 +72,11 @@ class Step:
         time. Identical calls at once are numbered in arrival order: identical, so
         either order replays the same records. Worker threads number under a lock.
         """
-        scoped = f"{current_segment() or ''}|{name}|{_digest(content)}"
+        scoped = f"{current_segment() or ''}|{name}|{content_digest(content)}"
         with self._lock:
             ordinal = self._ordinals.get(scoped, 0) + 1
             self._ordinals[scoped] = ordinal
         return f"{scoped}#{ordinal}"
-
-
-def _digest(content: Any) -> str:
-    """A short, process-independent digest: what is not JSON counts by its type's name only."""
-    if content is None:
-        return ""
-    data = to_json(content, fallback=lambda value: type(value).__qualname__)
-    return hashlib.sha256(data).hexdigest()[:12]
 
 
 current_step: ContextVar[Step | None] = ContextVar("tether_step", default=None)

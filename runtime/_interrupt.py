@@ -10,11 +10,13 @@ from its start with the value in scope for that one call; a later, different
 
 from __future__ import annotations
 
+import hashlib
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic_core import to_json
 from tether.stores import ConfigurationError, UsageError
 
 from . import _clock
@@ -111,15 +113,53 @@ class Suspended(Suspension):
         self.path = path
 
 
+@dataclass(frozen=True)
+class Decision:
+    """A journaled decision, with what the suspended call asked: the call that asks again gets it."""
+
+    value: JsonValue
+    reason: str | None = None
+    """The suspended call's reason (None in journals of earlier versions: matched by order alone)."""
+    context: str | None = None
+    """A digest of the suspended call's context."""
+
+
 @dataclass
 class CallScope:
     """Where `interrupt()` calls come from while one message is handled."""
 
     actor_path: str
-    resume_values: dict[str, list[JsonValue]] = field(default_factory=dict)
-    """Decisions per call path, oldest first: each is consumed by one call."""
+    resume_values: dict[str, list[Decision]] = field(default_factory=dict)
+    """Decisions per call path, oldest first: each is consumed by one call (see `take`)."""
     opened: dict[str, int] = field(default_factory=dict)
     """How many calls of each name this message has opened: numbers never repeat."""
+
+    def take(self, path: str, reason: str, context: JsonValue) -> Decision | None:
+        """The decision for the call at ``path`` asking ``reason`` about ``context``, consumed.
+
+        By order among the decisions that answered the same reason, preferring the
+        one whose context matches too. So an earlier call that is not made again
+        (inside an ``@idempotent`` function answered from its record) leaves its
+        decision alone instead of handing it to the next question, and a context
+        that changes between runs (a timestamp, say) still finds its answer.
+        """
+        values = self.resume_values.get(path)
+        if not values:
+            return None
+        alike = [i for i, d in enumerate(values) if d.reason is None or d.reason == reason]
+        if not alike:
+            return None
+        digest = content_digest(context)
+        exact = [i for i in alike if values[i].context == digest]
+        return values.pop(exact[0] if exact else alike[0])
+
+
+def content_digest(content: Any) -> str:
+    """A short, process-independent digest: what is not JSON counts by its type's name only."""
+    if content is None:
+        return ""
+    data = to_json(content, fallback=lambda value: type(value).__qualname__)
+    return hashlib.sha256(data).hexdigest()[:12]
 
 
 current_call: ContextVar[CallScope | None] = ContextVar("tether_call", default=None)
@@ -204,11 +244,10 @@ def interrupt(
         )
     segment = _segment.get()
     path = f"{scope.actor_path}/{segment}" if segment else scope.actor_path
-    values = scope.resume_values.get(path)
-    if values:
-        value = values.pop(0)  # in scope for this one call only
+    decision = scope.take(path, reason, context)  # in scope for this one call only
+    if decision is not None:
         try:
-            return expect.model_validate(value)
+            return expect.model_validate(decision.value)
         except ValidationError as exc:  # validated before the claim; here only if code changed
             raise ConfigurationError(f"The decision for {path!r} does not fit {expect.__name__}: {exc}") from exc
     deadline = fallback = None

@@ -21,6 +21,7 @@ from tether.stores import (
 )
 
 from . import _delta, _faults
+from ._interrupt import Decision, content_digest
 from ._owners import is_dead
 
 if TYPE_CHECKING:
@@ -125,8 +126,8 @@ class Loaded:
     state: dict[str, Any]
     unhandled: list[tuple[int, BaseModel, str | None]]
     """Messages accepted but never handled: (inbox seq, message, ask id), in order."""
-    decisions: dict[int, dict[str, list[Any]]]
-    """Resume decisions per unhandled inbox seq: call path -> values, oldest first."""
+    decisions: dict[int, dict[str, list[Decision]]]
+    """Resume decisions per unhandled inbox seq: call path -> decisions, oldest first."""
     steps: dict[int, dict[str, Any]]
     """Results of durable steps per unhandled inbox seq: step key -> result."""
     finished: tuple[bool, Any] = (False, None)
@@ -220,9 +221,11 @@ class ActorJournal:
     async def record_suspension(self, inbox_seq: int | None, state: dict[str, Any], path: str,
                                 reason: str, context: Any, expect: str, deadline: datetime | None = None,
                                 default: Any = None) -> None:
-        entries = [self._snapshot(state),
-                   NewEntry(path=self.path, label="suspended", kind="suspended",
-                            payload={"inbox": inbox_seq, "path": path, "expect": expect})]
+        # What was asked is journaled with the suspension: the call that asks it again on
+        # replay is the one its decision goes to.
+        asked: dict[str, Any] = {"inbox": inbox_seq, "path": path, "expect": expect, "reason": reason,
+                 "context": content_digest(context)}
+        entries = [self._snapshot(state), NewEntry(path=self.path, label="suspended", kind="suspended", payload=asked)]
         interrupt = NewInterrupt(path=path, reason=reason, context=context, deadline=deadline, default=default)
         try:
             await self.store.suspend(self.lease, entries, interrupt)
@@ -247,8 +250,8 @@ class ActorJournal:
         """Rebuild the state, the unhandled messages and their resume decisions."""
         history: list[tuple[str, dict[str, Any]]] = [("delta", {"set": initial})]
         inbox: dict[int, tuple[BaseModel, str | None]] = {}
-        suspensions: dict[int, int] = {}   # suspended entry seq -> inbox seq
-        decisions: dict[int, dict[str, list[Any]]] = {}
+        suspensions: dict[int, tuple[int, Any, Any]] = {}   # suspended entry seq -> (inbox seq, reason, context)
+        decisions: dict[int, dict[str, list[Decision]]] = {}
         steps: dict[int, dict[str, Any]] = {}
         self.asks.clear()
         self._ids.clear()
@@ -262,7 +265,9 @@ class ActorJournal:
                 # my own suspensions: a child's share the prefix, not the seq).
                 origin = suspensions.get(payload.get("suspended_seq"))
                 if origin is not None and (entry.path == self.path or entry.path.startswith(mine)):
-                    decisions.setdefault(origin, {}).setdefault(entry.path, []).append(payload["value"])
+                    inbox_seq, reason, context = origin
+                    decisions.setdefault(inbox_seq, {}).setdefault(entry.path, []).append(
+                        Decision(payload["value"], reason, context))
                 continue
             if entry.path != self.path:
                 continue
@@ -276,7 +281,7 @@ class ActorJournal:
                     self.asks[payload["id"]] = (entry.seq, False, None)
                     self._ids[entry.seq] = payload["id"]
             elif entry.kind == "suspended":
-                suspensions[entry.seq] = payload["inbox"]
+                suspensions[entry.seq] = (payload["inbox"], payload.get("reason"), payload.get("context"))
             elif entry.kind == "snapshot":
                 history.append(("snapshot", payload))
             elif isinstance(payload, dict) and "step" in payload:

@@ -26,7 +26,7 @@ from ._actor import Actor, ActorContext, ActorFactory, segment
 from ._errors import ActorCrashed, ActorStopped, SupervisionEscalated
 from ._execution import ExecutionState, Start
 from ._idempotent import Step, current_step
-from ._interrupt import CallScope, Interrupted, Parked, Suspended, Suspension, current_call
+from ._interrupt import CallScope, Decision, Interrupted, Parked, Suspended, Suspension, current_call
 from ._journal import ActorJournal, MessageCodec
 from ._ref import ActorRef, Envelope, Reply
 from ._supervision_types import RestartPolicy, SupervisionStrategy
@@ -68,7 +68,7 @@ class Slot:
         self.redeliver: deque[Envelope] = deque()
         self.crashed: Envelope | None = None  # the message a non-durable handler crashed on
         self.parked: Envelope | None = None   # the message an interrupt() suspended
-        self.decisions: dict[int, dict[str, list[Any]]] = {}  # resume values per inbox seq
+        self.decisions: dict[int, dict[str, list[Decision]]] = {}  # resume decisions per inbox seq
         self.waiters: dict[int, list[Reply]] = {}  # repeated asks waiting for a message
         self.steps: dict[int, dict[str, Any]] = {}  # durable step results per inbox seq
         self.finish: tuple[bool, Any] = (False, None)
