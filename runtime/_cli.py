@@ -29,23 +29,34 @@ import anyio
 import click
 from pydantic import ValidationError
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
-from tether.stores import AlreadyResumed, TetherError, open_store
+from rich.text import Text
+from tether.stores import (
+    AlreadyResumed,
+    LeaseHeld,
+    SchemaVersionError,
+    StoreNotFound,
+    TetherError,
+    open_store,
+)
 
 from ._operator import Operator, Timeline, age, load_app, parse_assignments, parse_duration, summarize
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Callable, Iterator, Sequence
 
     from tether.stores import Execution
 
     from ._execution import RunResult
+    from ._operator import Decision
 
 T = TypeVar("T")
 F = TypeVar("F", bound="Callable[..., Any]")
 DEFAULT_STORE = "sqlite:///tether.db"
 STATUSES = ["queued", "running", "paused", "decided", "completed", "failed", "cancelled"]
+Part = str | tuple[str, str]  # text, or (text, style): never read as markup
 
 
 def _width() -> int | None:
@@ -83,7 +94,23 @@ class Settings:
             async with open_store(self.store, create=create) as store:
                 return await job(Operator(store, runners))
 
-        return anyio.run(main, backend=self.backend)
+        try:
+            return anyio.run(main, backend=self.backend)
+        except StoreNotFound as exc:
+            exc.add_note(f"To make a new, empty store there: {self.hint('migrate')}")
+            raise
+        except SchemaVersionError as exc:
+            if exc.found < exc.supported:
+                exc.add_note(f"To migrate it: {self.hint('migrate')}")
+            raise
+        except LeaseHeld as exc:
+            what = shlex.quote(exc.execution_id)
+            exc.add_note(
+                f"If that process is gone for good (it ran on another machine, or in a container), take its "
+                f"lease over with --force: {self.hint(f'recover {what} --app module:attr --force')} (or cancel "
+                f"{what} --force). The journal records the takeover with your user name."
+            )
+            raise
 
     def hint(self, command: str) -> str:
         """A command to type next, with the --store this one used (unless it is the default)."""
@@ -137,12 +164,19 @@ def pending(settings: Settings, path_prefix: str | None, as_json: bool) -> None:
     if not rows:
         out.print("Nothing is pending.")
         return
-    table = Table("execution", "path", "reason", "context", "age", title=f"{len(rows)} pending")
-    _fit_paths(table, 1, [row.agent_path for row in rows], out.width)
+    title = f"{len(rows)} pending"
+    table = Table("execution", "path", "reason", "context", "age", title=title)
     for row in rows:
-        table.add_row(row.execution_id, _wrapped(row.agent_path, table.columns[1].min_width), row.reason,
-                      _json(row.context), age(row.created_at))
-    out.print(table)
+        table.add_row(*map(Text, (row.execution_id, row.agent_path, row.reason, _json(row.context),
+                                  age(row.created_at))))
+    if _fits(out, table):
+        out.print(table)
+        return
+    _say(out, (title, "bold"))
+    for row in rows:
+        _say(out, (row.execution_id, "bold"), f"  {row.agent_path}  ", (row.reason, "yellow"),
+             f"  waiting {age(row.created_at)}")
+        _say(out, _json(row.context), indent=4)
 
 
 @cli.command()
@@ -152,16 +186,30 @@ def pending(settings: Settings, path_prefix: str | None, as_json: bool) -> None:
 @store_options
 @pass_settings
 def executions(settings: Settings, status: str | None, limit: int, as_json: bool) -> None:
-    """Executions, most recently updated first."""
-    rows = settings.run(lambda op: op.executions(status, limit=limit))
+    """Executions, most recently updated first; a decided one with who decided, and when."""
+    async def listing(op: Operator) -> list[tuple[Execution, Decision | None]]:
+        return [(row, await op.decision(row)) for row in await op.executions(status, limit=limit)]
+
+    rows = settings.run(listing)
     if as_json:
-        _print_json([e.model_dump(mode="json") for e in rows])
+        _print_json([{**e.model_dump(mode="json"), "decision": d.as_json() if d else None} for e, d in rows])
         return
     out = _out()
-    table = Table("execution", "root", "status", "updated", title=_count(len(rows), "execution"))
-    for row in rows:
-        table.add_row(row.execution_id, row.root_path, _status(row), age(row.updated_at) + " ago")
-    out.print(table)
+    if not rows:
+        out.print(f"No {status} executions." if status else "No executions.")
+        return
+    title = _count(len(rows), "execution")
+    table = Table("execution", "root", "status", "updated", title=title)
+    for row, decision in rows:
+        table.add_row(Text(row.execution_id), Text(row.root_path), Text.assemble(*_status(row, decision)),
+                      Text(age(row.updated_at) + " ago"))
+    if _fits(out, table):
+        out.print(table)
+        return
+    _say(out, (title, "bold"))
+    for row, decision in rows:
+        _say(out, (row.execution_id, "bold"), f"  {row.root_path}  ", *_status(row, decision),
+             f"  updated {age(row.updated_at)} ago")
 
 
 @cli.command()
@@ -198,13 +246,14 @@ def resume(settings: Settings, execution_id: str, assignments: tuple[str, ...], 
 
     With --detach, or without --app, the decision is recorded (exactly once) and
     the run is left to a process that has the runner: a `tether worker`, an
-    application that serves decisions, or `tether resume ID --app ...`.
+    application that serves decisions, or `tether recover ID --app ...`.
     """
-    as_json = json_flag is not None
-    if json_flag:  # --json '{"approved": true}', the old spelling of --decision
+    as_json = json_flag == ""
+    if json_flag:  # --json '{"approved": true}', the old spelling of --decision (its output stays text)
         if raw is not None:
             raise click.UsageError("Give the decision with --decision, not with both --decision and --json.")
-        _err().print("[yellow]--json JSON is deprecated:[/] write --decision JSON (--json now asks for JSON output).")
+        _say(_err(), ("--json JSON is deprecated:", "yellow"),
+             " write --decision JSON (--json alone asks for JSON output).")
         raw = json_flag
     value = _decision(assignments, raw, "--json" if json_flag else "--decision")
     if value is None and (app is None or detach):
@@ -223,15 +272,17 @@ def resume(settings: Settings, execution_id: str, assignments: tuple[str, ...], 
         return await op.show(execution_id)
 
     timeline = settings.run(record)
+    decision = timeline.decision
     if as_json:
         _print_json({"execution_id": execution_id, "status": timeline.execution.status, "continuing": False,
-                     "decision": timeline.decision.as_json() if timeline.decision else None})
+                     "decision": decision.as_json() if decision else None})
         return
-    _out().print(
-        f"Decision recorded for [bold]{execution_id}[/] (by {decider}). No process here continues it: a "
-        f"worker (tether worker --app module:attr) or an application serving decisions will, or run "
-        f"{settings.hint(f'resume {shlex.quote(execution_id)} --app module:attr')}"
-    )
+    out = _out()
+    what = shlex.quote(execution_id)
+    _say(out, "Decision recorded for ", (execution_id, "bold"), f" (by {decider})",
+         f": {_json(decision.value)}" if decision else "", ". No process here continues the run; one with "
+         "its runner will: a `tether worker`, the application serving decisions, or")
+    _say(out, settings.hint(f"recover {what} --app module:attr"), indent=2)
 
 
 @cli.command()
@@ -262,7 +313,15 @@ def recover(settings: Settings, execution_id: str, app: str, force: bool, as_jso
 @pass_settings
 def cancel(settings: Settings, execution_id: str, force: bool, as_json: bool) -> None:
     """Stop a paused or crashed execution for good (its pending interrupts go too)."""
-    _print_result(settings, settings.run(lambda op: op.cancel(execution_id, force=force)), as_json)
+    result = settings.run(lambda op: op.cancel(execution_id, force=force))
+    if result.status in ("completed", "failed") and not as_json:
+        # It ended before this command came: say so, not "completed" as if cancelling did that.
+        _say(_err(), f"Not cancelled: {execution_id} had already {result.status}; a finished execution "
+                     f"stays as it ended.")
+    else:
+        _print_result(settings, result, as_json)
+    if result.status != "cancelled":
+        raise click.exceptions.Exit(1)
 
 
 @cli.command()
@@ -277,7 +336,7 @@ def prune(settings: Settings, older_than: str, as_json: bool) -> None:
     if as_json:
         _print_json({"deleted": count})
         return
-    _out().print(f"Deleted {_count(count, 'finished execution')} older than {older_than}.")
+    _say(_out(), f"Deleted {_count(count, 'finished execution')} older than {older_than}.")
 
 
 @cli.command()
@@ -287,17 +346,17 @@ def prune(settings: Settings, older_than: str, as_json: bool) -> None:
 def doctor(settings: Settings, as_json: bool) -> None:
     """Check the whole store for damage and broken invariants (reads everything; changes nothing)."""
     problems = settings.run(lambda op: op.store.check())
+    out = _out()
     if as_json:
         _print_json({"store": settings.store, "problems": problems})
-    elif problems:
-        err = _err()
-        err.print(f"[bold red]{_count(len(problems), 'problem')}[/] in {settings.store}:")
+    elif problems:  # on stdout: the list is what the command was asked for (`tether doctor | less`)
+        _say(out, (f"{_count(len(problems), 'problem')}", "bold red"), f" in {settings.store}:")
         for problem in problems:
-            err.print(f"  {problem}")
+            _say(out, problem, indent=2)
     else:
-        _out().print(f"{settings.store}: no problems found.")
+        _say(out, f"{settings.store}: no problems found.")
     if problems:
-        sys.exit(1)
+        raise click.exceptions.Exit(1)  # not sys.exit: main() returns the code, in-process too
 
 
 @cli.command()
@@ -315,7 +374,7 @@ def migrate(settings: Settings, as_json: bool) -> None:
     if as_json:
         _print_json({"store": settings.store, "schema_version": SCHEMA_VERSION})
         return
-    _out().print(f"{settings.store}: schema version {SCHEMA_VERSION}.")
+    _say(_out(), f"{settings.store}: schema version {SCHEMA_VERSION}.")
 
 
 @cli.command()
@@ -386,31 +445,38 @@ def demo(settings: Settings, demo_backend: str | None) -> None:
     """A supervisor's run paused for a $50k refund, resumed by another process, a crash recovered."""
     # The story needs agents; the kernel knows none, so it is looked up by name.
     story = importlib.import_module("tether.actors._demo")
-    sys.exit(story.run_demo(settings.store, backend=demo_backend or settings.backend))
+    raise click.exceptions.Exit(story.run_demo(settings.store, backend=demo_backend or settings.backend))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``tether`` command line and return its exit code."""
     try:
-        cli.main(args=list(argv) if argv is not None else None, prog_name="tether", standalone_mode=False)
-    except click.exceptions.Exit as done:
-        return int(done.exit_code or 0)
+        # Not standalone: click returns an Exit's code (doctor's 1, --help's 0) instead of exiting.
+        code = cli.main(args=list(argv) if argv is not None else None, prog_name="tether", standalone_mode=False)
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
     except click.Abort:
-        _err().print("Aborted.")
+        _say(_err(), "Aborted.")
         return 1
     except AlreadyResumed as exc:
-        _err().print(f"[bold red]Already resumed:[/] {exc}")
+        _complain("Already resumed", exc)
         return 2
     except ValidationError as exc:
-        _err().print(f"[bold red]Not a valid decision[/] (nothing was claimed): {exc}")
+        _complain("Not a valid decision", exc, " (nothing was claimed)")
         return 2
     except TetherError as exc:
-        _err().print(f"[bold red]{type(exc).__name__}:[/] {exc}")
+        _complain(type(exc).__name__, exc)
         return 1
-    return 0
+    return code if isinstance(code, int) else 0
+
+
+def _complain(title: str, exc: BaseException, aside: str = "") -> None:
+    """An error on stderr: what happened (the message, never read as markup), then its notes."""
+    err = _err()
+    _say(err, (f"{title}:", "bold red"), f"{aside} {exc}")
+    for note in getattr(exc, "__notes__", ()):
+        _say(err, note)
 
 
 def _decider() -> str:
@@ -437,33 +503,36 @@ def _decision(assignments: tuple[str, ...], raw: str | None, option: str = "--de
 def _print_timeline(settings: Settings, timeline: Timeline) -> None:
     out = _out()
     execution = timeline.execution
-    out.print(f"[bold]{execution.execution_id}[/]  {execution.root_path}  {_status(execution)}")
-    out.print(f"started {execution.created_at:%Y-%m-%d %H:%M:%S} UTC, updated {age(execution.updated_at)} ago, "
+    _say(out, (execution.execution_id, "bold"), f"  {execution.root_path}  ", *_status(execution))
+    _say(out, f"started {execution.created_at:%Y-%m-%d %H:%M:%S} UTC, updated {age(execution.updated_at)} ago, "
               f"definition {execution.fingerprint or '-'}")
     if execution.lease_owner:
-        out.print(f"lease: {execution.lease_owner}, epoch {execution.lease_epoch}, "
-                  f"expires {execution.lease_expires_at:%H:%M:%S}")
+        _say(out, f"lease: {execution.lease_owner}, epoch {execution.lease_epoch}, "
+                  f"expires {execution.lease_expires_at:%H:%M:%S} UTC")
     if execution.error:
-        out.print(f"[red]error:[/] {execution.error}")
+        _say(out, ("error: ", "red"), execution.error)
     if execution.status == "completed":
-        out.print(f"output: {_json(execution.result)}")
+        _say(out, f"output: {_json(execution.result)}")
     decision = timeline.decision
     if decision is not None:
-        out.print(f"[magenta]decided[/] {decision.at:%Y-%m-%d %H:%M:%S} UTC by {decision.by or 'someone'} at "
-                  f"{_wrapped(decision.path, out.width)}: {_json(decision.value)}")
-        out.print("  recorded; a process with its runner carries it out: "
-                  + settings.hint(f"recover {shlex.quote(execution.execution_id)} --app module:attr"))
+        _say(out, ("decided", "magenta"), f" {decision.at:%Y-%m-%d %H:%M:%S} UTC by {decision.by or 'someone'} "
+                  f"at {decision.path}: {_json(decision.value)}")
+        _say(out, "Recorded, not carried out yet: a process with its runner will (a `tether worker`, the "
+                  "application serving decisions), or", indent=2)
+        _say(out, settings.hint(f"recover {shlex.quote(execution.execution_id)} --app module:attr"), indent=4)
     for row in timeline.pending:
-        out.print(f"[yellow]pending[/] {_wrapped(row.agent_path, out.width)}: {row.reason} {_json(row.context)}")
+        _say(out, ("pending", "yellow"), f" {row.agent_path}: {row.reason} {_json(row.context)}")
     table = Table("#", "at", "path", "label", "what happened")
-    _fit_paths(table, 2, [e.path for e in timeline.entries], out.width)
-    _fit_paths(table, 3, [e.label for e in timeline.entries], out.width // 4)
-    table.columns[4].overflow = "fold"
-    for entry in timeline.entries:
-        table.add_row(str(entry.seq), f"{entry.created_at:%H:%M:%S.%f}"[:-3],
-                      _wrapped(entry.path, table.columns[2].min_width),
-                      _wrapped(entry.label, table.columns[3].min_width), summarize(entry))
-    out.print(table)
+    times = [f"{entry.created_at:%H:%M:%S.%f}"[:-3] for entry in timeline.entries]
+    for entry, at in zip(timeline.entries, times, strict=True):
+        table.add_row(*map(Text, (str(entry.seq), at, entry.path, entry.label, summarize(entry))))
+    if _fits(out, table):
+        out.print(table)
+        return
+    _say(out, ("journal:", "bold"))
+    for entry, at in zip(timeline.entries, times, strict=True):
+        _say(out, f"{entry.seq:>3}  {at}  {entry.path}  ", (entry.label, "cyan"))
+        _say(out, summarize(entry), indent=5)
 
 
 def _print_result(settings: Settings, result: RunResult, as_json: bool) -> None:
@@ -472,55 +541,64 @@ def _print_result(settings: Settings, result: RunResult, as_json: bool) -> None:
         return
     out = _out()
     if result.status == "paused" and result.pending:
-        if len(result.pending) > 1:
-            out.print(f"[yellow]paused[/] at {len(result.pending)} paths:")
+        many = len(result.pending) > 1
+        if many:
+            _say(out, ("paused", "yellow"), f" at {len(result.pending)} paths:")
         for row in result.pending:
-            lead = "  " if len(result.pending) > 1 else "[yellow]paused[/] at "
-            out.print(f"{lead}{_wrapped(row.agent_path, out.width)}: {row.reason} {_json(row.context)}")
+            lead: list[Part] = [] if many else [("paused", "yellow"), " at "]
+            _say(out, *lead, f"{row.agent_path}: {row.reason} {_json(row.context)}", indent=2 if many else 0)
     elif result.status == "completed":
-        out.print(f"[green]completed[/]: {_json(result.output)}")
+        _say(out, ("completed", "green"), f": {_json(result.output)}")
     else:
-        out.print(f"{result.status}" + (f": {result.error}" if result.error else ""))
+        _say(out, result.status + (f": {result.error}" if result.error else ""))
 
 
-def _fit_paths(table: Table, column: int, paths: list[str], width: int) -> None:
-    """Size a column of paths so that they wrap between segments, never inside one."""
-    if not paths:
-        return
-    longest = max(len(p) for p in paths)
-    segment = max(len(s) + 1 for p in paths for s in p.split("/"))
-    room = max(segment, min(longest, width * 2 // 5))
-    settings = table.columns[column]
-    settings.min_width = settings.max_width = room
-    settings.no_wrap = True
+def _say(console: Console, *parts: Part, indent: int = 0) -> None:
+    """Print ``parts`` as one paragraph folded to the console's width.
+
+    Lines break at spaces; a word too long for a line (a path, a store URL) breaks
+    right after one of its ``/``, so that a path is never cut inside a segment.
+    Nothing is read as markup: an execution id or an interrupt's context may hold ``[/]``.
+    """
+    text = Text.assemble(*parts)
+    room = max(console.width - indent, 20)
+    for paragraph in text.split("\n", allow_blank=True):
+        for start, end in _spans(paragraph.plain, room):
+            console.print(Text(" " * indent) + paragraph[start:end], soft_wrap=True)
 
 
-def _wrapped(path: str, width: int | None) -> str:
-    """``path`` broken into lines of at most ``width`` characters, each but the last ending in ``/``."""
-    if not width or len(path) <= width:
-        return path
-    parts = path.split("/")
-    lines: list[str] = []
-    line = parts[0]
-    for index, part in enumerate(parts[1:], 2):
-        more = 1 if index < len(parts) else 0  # the "/" that would end this line
-        if len(line) + 1 + len(part) + more <= width:
-            line += "/" + part
-        else:
-            lines.append(line + "/")
-            line = part
-    lines.append(line)
-    return "\n".join(lines)
+def _spans(text: str, width: int) -> Iterator[tuple[int, int]]:
+    """Where `_say` breaks ``text``: ``(start, end)`` of each line, at most ``width`` long."""
+    start = 0
+    while len(text) - start > width:
+        space = text.rfind(" ", start + 1, start + width + 1)
+        if space != -1:
+            yield start, len(text[start:space].rstrip()) + start
+            start = len(text) - len(text[space:].lstrip())
+            continue
+        slash = text.rfind("/", start, start + width)
+        end = slash + 1 if slash != -1 else start + width  # no "/" either: cut it where it must be
+        yield start, end
+        start = end
+    yield start, len(text)
+
+
+def _fits(console: Console, table: Table) -> bool:
+    """Whether ``table`` fits the width with no cell wrapped; else it is printed as paragraphs."""
+    return Measurement.get(console, console.options.update_width(1 << 16), table).maximum <= console.width
 
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _status(execution: Execution) -> str:
+def _status(execution: Execution, decision: Decision | None = None) -> list[Part]:
     colour = {"completed": "green", "paused": "yellow", "decided": "magenta", "failed": "red",
-              "running": "cyan"}.get(execution.status)
-    return f"[{colour}]{execution.status}[/]" if colour else execution.status
+              "running": "cyan"}.get(execution.status, "")
+    parts: list[Part] = [(execution.status, colour)]
+    if decision is not None:
+        parts.append(f" by {decision.by or 'someone'}, {age(decision.at)} ago")
+    return parts
 
 
 def _json(value: Any) -> str:

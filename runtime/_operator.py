@@ -167,6 +167,12 @@ class Operator:
         pending = await self.store.list_pending(execution_id=execution_id)
         return Timeline(execution, pending, await self.store.read_journal(execution_id))
 
+    async def decision(self, execution: Execution) -> Decision | None:
+        """The decision a ``decided`` execution waits to have carried out; None for any other status."""
+        if execution.status != "decided":
+            return None  # only a decided one's journal is read: a listing stays one query for the rest
+        return Timeline(execution, [], await self.store.read_journal(execution.execution_id)).decision
+
     def runner_for(self, execution: Execution) -> Resumable | None:
         """The runner that continues ``execution`` here, or None if this process has none.
 
@@ -273,6 +279,11 @@ def summarize(entry: JournalEntry, width: int = 100) -> str:
         text = f"suspended at {payload.get('path')}"
     elif entry.kind == "resumed":
         text = f"decision for {entry.path}: {_short(payload.get('value'))}"
+    elif entry.label == "takeover" and isinstance(payload, dict):
+        # Who forced it comes first: it is what an operator looks for, and the owners are long.
+        how = f"forced by {payload.get('operator')}" if payload.get("forced") else \
+            "its process was dead" if payload.get("dead") else "its lease had expired"
+        text = f"lease taken over ({how}) from {payload.get('from')}"
     elif entry.kind == "snapshot":
         text = "state snapshot"
     elif entry.label == "inbox":
