@@ -14,17 +14,20 @@ The processes run ``python -m tether.actors._demo STEP ...``; the runners are
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.from_thread
-from tether.runtime import AlreadyResumed, Resume, idempotent, interrupt
+from tether.runtime import AlreadyResumed, Resume, idempotency_key, idempotent, interrupt
 from tether.stores import open_store
 
 from ._agent import Agent
@@ -47,10 +50,40 @@ def lookup_order(order: str) -> dict[str, Any]:
 
 @idempotent
 def issue_refund(order: str, amount: int) -> str:
-    # One write: a print() from another tool's thread can land between print's text and its newline.
-    sys.stdout.write(f"$ refund of ${amount:,} sent for {order} (once, whatever happens)\n")
-    sys.stdout.flush()
+    # The provider drops a repeat of the same idempotency key: a process killed between the
+    # refund and tether's record of it is repeated by the next, and the customer is paid once.
+    _payments().send(idempotency_key(), order, amount)
     return f"refunded ${amount:,}"
+
+
+class _Provider:
+    """A payment provider, as a file of JSON lines shared by the demo's processes.
+
+    It deduplicates by idempotency key, as a real one does (an Idempotency-Key header).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+
+    def send(self, key: str, order: str, amount: int) -> None:
+        with self.path.open("a+") as ledger:
+            fcntl.flock(ledger, fcntl.LOCK_EX)  # one process at a time reads, then writes
+            ledger.seek(0)
+            repeat = any(json.loads(line)["key"] == key for line in ledger if line.strip())
+            entry = {"key": key, "order": order, "amount": amount, "by": os.environ.get("TETHER_DEMO_PROCESS", "?"),
+                     "repeat": repeat}
+            ledger.write(json.dumps(entry) + "\n")
+            ledger.flush()
+            os.fsync(ledger.fileno())
+
+    def entries(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+
+def _payments() -> _Provider:
+    return _Provider(os.environ.get("TETHER_DEMO_PAYMENTS", "tether-demo-payments.jsonl"))
 
 
 def approve_refund(order: str, amount: int) -> str:
@@ -113,6 +146,15 @@ async def _step(step: str, url: str, execution_id: str) -> None:
 
 def run_demo(url: str, *, backend: str = "asyncio") -> int:
     """Tell the story against the store at ``url``; returns the exit code."""
+    with tempfile.TemporaryDirectory(prefix="tether-demo-") as scratch:
+        os.environ["TETHER_DEMO_PAYMENTS"] = str(Path(scratch) / "payments.jsonl")  # the children inherit it
+        try:
+            return _tell(url, backend)
+        finally:
+            del os.environ["TETHER_DEMO_PAYMENTS"]
+
+
+def _tell(url: str, backend: str) -> int:
     stamp = time.strftime("%H%M%S")
     first, second = f"demo-{stamp}-r7", f"demo-{stamp}-r8"
     say = _Narrator()
@@ -169,36 +211,41 @@ async def _approve_again(url: str, execution_id: str) -> None:
 
 
 def _child(step: str, url: str, execution_id: str, backend: str, name: str) -> dict[str, Any]:
+    told = len(_payments().entries())
     done = subprocess.run([sys.executable, "-m", "tether.actors._demo", step, url, execution_id, backend],
-                          capture_output=True, text=True, timeout=120, check=False)
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, "TETHER_DEMO_PROCESS": name})
     if done.returncode != 0:
         raise RuntimeError(f"demo step {step!r} failed:\n{done.stderr}")
-    _side_effects(done.stdout, name)
+    _payments_since(told)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
 def _kill_inside(url: str, execution_id: str, backend: str, name: str) -> None:
-    env = {**os.environ, "TETHER_DEMO_BLOCK": "lookup_order"}
-    seen: list[str] = []
+    told = len(_payments().entries())
+    env = {**os.environ, "TETHER_DEMO_BLOCK": "lookup_order", "TETHER_DEMO_PROCESS": name}
     with subprocess.Popen([sys.executable, "-m", "tether.actors._demo", "run", url, execution_id, backend],
                           stdout=subprocess.PIPE, text=True, env=env) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:  # wait until it is inside the tool
             if "inside lookup_order" in line:
                 break
-            seen.append(line)
         proc.send_signal(signal.SIGKILL)
-        rest, _ = proc.communicate(timeout=30)
-    # The auditor, in parallel, may have refunded before the kill: what a process did, it says.
-    _side_effects("".join(seen) + rest, name)
+        proc.communicate(timeout=30)
+    # The auditor, in parallel, may have refunded before the kill: the provider says who sent what.
+    _payments_since(told)
 
 
-def _side_effects(output: str, name: str) -> None:
-    """Tell the side effects a demo process reported, as that process's."""
-    for line in output.splitlines():
-        if line.startswith("$ "):
-            print(f"      process {name}: {line}", flush=True)
+def _payments_since(told: int) -> None:
+    """Tell what the payment provider received since ``told`` entries, and from which process."""
+    for entry in _payments().entries()[told:]:
+        what = f"refund of ${entry['amount']:,} for {entry['order']}"
+        if entry["repeat"]:
+            print(f"      process {entry['by']}: $ {what} asked again after the crash; the provider dropped "
+                  f"the repeat (same idempotency key)", flush=True)
+        else:
+            print(f"      process {entry['by']}: $ {what} sent (once, whatever happens)", flush=True)
 
 
 class _Narrator:

@@ -1,4 +1,4 @@
-"""Every benchmark, in one command, against the seed's SDK and LangGraph (and DBOS) in the same run.
+"""Every benchmark, in one command, against fastaiagent 1.94 and LangGraph (and DBOS) in the same run.
 
     python3 -m venv .venv-bench && .venv-bench/bin/pip install '.[bench]'
     .venv-bench/bin/python -m bench            # everything

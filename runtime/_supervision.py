@@ -111,6 +111,9 @@ class Slot:
             return True
         if handled:
             envelope.reply.resolve(reply)
+        elif self.parked is not None:
+            # Parked until the execution resumes: nothing will answer before the tree stops.
+            envelope.reply.fail(Suspended(self.path))
         else:
             self.waiters.setdefault(seq, []).append(envelope.reply)
         return True

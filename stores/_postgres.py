@@ -270,8 +270,8 @@ class PostgresStore(DriverStore):
                         raise StoreNotFound(
                             f"No tether store in the {where}: it has no tether tables. Nothing was "
                             f"created: the store was opened with create=False. Check the DSN and its "
-                            f"?schema=, or create the store by opening it from a program that writes "
-                            f"to it (your application, `tether worker`)."
+                            f"?schema=, or create the store: `tether migrate --store URL`, or open it "
+                            f"from a program that writes to it (your application, `tether worker`)."
                         )
                     if current < SCHEMA_VERSION:  # only with create: the checks above refused it otherwise
                         if self.schema:

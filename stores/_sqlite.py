@@ -219,8 +219,8 @@ def _not_found(path: str, what: str) -> StoreNotFound:
     hint = f" (did you mean {' or '.join(near)}?)" if near else ""
     return StoreNotFound(
         f"No tether store at {path!r}: {what}{hint}. Nothing was created: the store was opened with "
-        f"create=False. Check the path, or create the store by opening it from a program that writes "
-        f"to it (your application, `tether worker`)."
+        f"create=False. Check the path, or create the store: `tether migrate --store URL`, or open it "
+        f"from a program that writes to it (your application, `tether worker`)."
     )
 
 

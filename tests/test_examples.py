@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 from tether.stores import NewEntry, NewExecution, NewInterrupt, SQLiteStore
 
@@ -149,6 +151,35 @@ def test_the_operators_path_of_each_example(tmp_path: Path, backend: str, name: 
     assert shell.count("paging a manager") == (1 if name in ("refund_chain.py", "refund_agent.py") else 0)
     if name == "refund_agent.py":
         assert shell.count("refunding $50,000") == 1
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_refund_chain_is_approved_through_tether_serve(tmp_path: Path, backend: str) -> None:
+    shell = OperatorShell(tmp_path, backend)
+    assert shell.python("refund_chain.py").returncode == 0  # pages once, pauses
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with subprocess.Popen([TETHER, "--backend", backend, "serve", "--app", "examples.refund_chain:runners",
+                           "--port", str(port)], cwd=tmp_path, env=shell.env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True) as server:
+        assert server.stdout is not None
+        try:
+            for line in server.stdout:  # uvicorn and hypercorn both say so once they listen
+                if "Uvicorn running on" in line or "Running on" in line:
+                    break
+            base = f"http://127.0.0.1:{port}"
+            accepted = httpx.post(f"{base}/api/executions/refund-abc/resume", timeout=30,
+                                  json={"approved": True, "metadata": {"approver": "alice"}})
+            assert accepted.status_code == 202, accepted.text
+            assert accepted.json()["continuing"] is True
+            view = httpx.get(f"{base}/api/executions/refund-abc", params={"wait": 30}, timeout=60).json()
+        finally:
+            server.terminate()
+            shell.said.append(server.communicate(timeout=60)[0])
+    assert view["execution"]["status"] == "completed"
+    assert view["execution"]["result"]["message"] == "$50,000 refunded"
+    assert shell.count("paging a manager") == 1  # not again in the server, which loaded examples.refund_chain
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

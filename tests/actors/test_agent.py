@@ -55,7 +55,7 @@ def refund_bot(store: Store, llm: ScriptedLLM, **options: Any) -> Agent:
                  tools=[FunctionTool(approve_refund)], store=store, **options)
 
 
-async def test_the_seeds_refund_flow(store: Store) -> None:
+async def test_the_refund_flow(store: Store) -> None:
     llm = ScriptedLLM([ToolCall("approve_refund", {"amount": 50_000}), "Refund processed."])
     agent = refund_bot(store, llm)
     result = await agent.run("Process a $50k refund.", execution_id="job-1")
@@ -237,7 +237,7 @@ async def test_a_run_is_linear_in_its_turns(db_store: Store) -> None:
         return sum(len(json.dumps(e.payload)) for e in entries)
 
     ratio = await journal_bytes(40) / await journal_bytes(10)
-    assert 3.5 < ratio < 4.2, ratio  # the seed stores the whole conversation per turn: about 14
+    assert 3.5 < ratio < 4.2, ratio  # fastaiagent 1.94 stores the whole conversation per turn: about 14
 
 
 def test_definitions_are_checked() -> None:

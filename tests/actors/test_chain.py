@@ -45,7 +45,7 @@ def approve_refund(state: dict[str, Any]) -> dict[str, Any]:
     return {"approved": True}
 
 
-async def test_the_seeds_refund_flow(store: Store) -> None:
+async def test_the_refund_flow(store: Store) -> None:
     chain = Chain("refund", [node("validate"), approve_refund, node("charge"), node("notify")], store=store)
     paused = await chain.run({"amount": 50_000}, execution_id="refund-abc")
     assert paused.status == "paused"

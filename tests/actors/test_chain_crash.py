@@ -1,4 +1,4 @@
-"""Chains killed with SIGKILL inside a node, recovered by another process (the seed's failures)."""
+"""Chains killed with SIGKILL inside a node, recovered by another process (where fastaiagent 1.94 fails)."""
 
 from __future__ import annotations
 

@@ -144,7 +144,7 @@ async def test_a_supervisor_pauses_inside_a_worker_and_resumes(store: Store) -> 
     assert done.output == "R1 is fine."
     supervisor_llm = boss.agent.llm
     assert isinstance(supervisor_llm, ScriptedLLM)
-    assert supervisor_llm.calls == 2  # the seed re-runs the supervisor's LLM from scratch on resume
+    assert supervisor_llm.calls == 2  # fastaiagent 1.94 re-runs the supervisor's LLM from scratch on resume
     assert auditor_llm.calls == 2
     labels = [e.label for e in await store.read_journal("job-42") if e.path == "supervisor:planner"]
     assert labels == ["inbox", "turn:1", "delegate:1", "reply:1", "turn:2", "msg:1"]
@@ -188,7 +188,7 @@ async def test_two_different_approvals_pause_twice(store: Store) -> None:
     assert first.pending_interrupt is not None
     assert first.pending_interrupt.reason == "manager_approval"
     second = await boss.resume("twice", Resume(approved=True))
-    # The seed approves the second, different interrupt with the first decision.
+    # fastaiagent 1.94 approves the second, different interrupt with the first decision.
     assert second.status == "paused"
     assert second.pending_interrupt is not None
     assert second.pending_interrupt.reason == "security_approval"

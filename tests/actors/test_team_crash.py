@@ -67,7 +67,7 @@ def test_a_worker_needing_two_approvals_pauses_twice(scenario: Scenario) -> None
     assert first["pending_interrupt"]["reason"] == "manager_approval"
     assert first["pending_interrupt"]["agent_path"] == "supervisor:twice/worker:auditor/tool:refund_and_freeze"
     second = scenario.run("twice", "resume")
-    assert second["status"] == "paused"  # the seed approves this one with the first decision
+    assert second["status"] == "paused"  # fastaiagent 1.94 approves this one with the first decision
     assert second["pending_interrupt"]["reason"] == "security_approval"
     done = scenario.run("twice", "resume")
     assert done["status"] == "completed"

@@ -22,12 +22,14 @@ def test_the_demo_tells_the_whole_story(url: str, backend: str, tmp_path: Path) 
     story = demo.stdout
     assert "paused at supervisor:planner/worker:auditor/tool:approve_refund: manager_approval" in story
     assert "completed: Order R-7: R-7 is $50,000 for ACME; refunded $50,000" in story
-    assert story.count("refund of $50,000 sent for R-7") == 1
-    assert "process B: $ refund of $50,000 sent for R-7" in story
+    assert story.count("refund of $50,000 for R-7 sent") == 1
+    assert "process B: $ refund of $50,000 for R-7 sent" in story
     # R-8's refund needs no approval: the auditor may send it before process C is killed, or
-    # process D sends it. Either way it is told once, by the process that sent it.
-    assert story.count("refund of $900 sent for R-8") == 1
-    assert re.search(r"process [CD]: \$ refund of \$900 sent for R-8", story)
+    # process D sends it. Either way the provider's ledger says it was sent once, and by whom;
+    # a repeat after a kill between the refund and its record is dropped by its idempotency key.
+    assert story.count("refund of $900 for R-8 sent") == 1
+    assert re.search(r"process [CD]: \$ refund of \$900 for R-8 sent", story)
+    assert story.count("refund of $900 for R-8 asked again") == story.count("dropped the repeat")
     assert "refused with AlreadyResumed" in story
     assert "process C died inside the researcher's lookup_order tool" in story
     assert "process D recovered it: completed: Order R-8" in story

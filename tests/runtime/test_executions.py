@@ -139,7 +139,7 @@ async def test_a_second_different_approval_pauses_again(store: Store) -> None:
         assert first.pending_interrupt is not None
         assert first.pending_interrupt.agent_path.endswith("tool:approve_refund")
         second = await rt.resume(Planner, "two", Resume(approved=True))
-        # Not approved automatically with the first decision (the seed's bug).
+        # Not approved automatically with the first decision (fastaiagent 1.94's bug).
         assert second.status == "paused"
         assert second.pending_interrupt is not None
         assert second.pending_interrupt.agent_path.endswith("tool:approve_payout")

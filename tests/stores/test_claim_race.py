@@ -1,6 +1,6 @@
 """Eight OS processes claim the same pending interrupt at once, twenty times.
 
-The seed's SDK lost this race on SQLite with "database is locked" in most
+fastaiagent 1.94 loses this race on SQLite with "database is locked" in most
 trials (a deferred read-then-write transaction). Here every trial must have
 exactly one winner and seven AlreadyResumed, on SQLite and on Postgres.
 """
