@@ -4,6 +4,19 @@ asyncpg's own pool resets, shields and times out every checkout; each of those
 is an event-loop round that costs as much as the statement's own Python work.
 Here a checkout with an idle connection does not yield at all, and a release is
 a list append. Session state never outlives a statement, so nothing is reset.
+
+A connect is never cancelled. With ``sslmode=prefer`` (the default) asyncpg opens
+the socket with a protocol whose future waits for the answer to its SSLRequest;
+cancelled in the loop iteration between the socket's connect and the protocol's
+``connection_made``, ``loop.create_connection`` closes the transport, and
+``connection_lost`` puts ``ConnectionError('unexpected connection_lost() call')``
+in that future, which nobody awaits: asyncio logs "Future exception was never
+retrieved" when it is collected. So each connect runs in a task of its own,
+which the caller's cancellation does not reach: a caller cancelled meanwhile
+leaves at once, and the pool's connection, when it comes, goes to the next waiter
+or the idle list like a released one (a failed connect gives up its slot).
+`aclose` lets such connects end before it returns. `connect_detached` does the
+same for a connection outside the pool (the store's LISTEN connection).
 """
 
 from __future__ import annotations
@@ -19,6 +32,10 @@ if TYPE_CHECKING:
 Connection = Any  # asyncpg.Connection; asyncpg ships no type information
 
 
+_SETTLE_SECONDS = 10.0  # the SELECT 1 that settles a connection whose statement was cancelled
+_CLOSE_SECONDS = 30.0  # how long aclose waits for connects and settling statements
+
+
 class ConnectionPool:
     """Up to ``max_size`` connections, opened on demand, handed out one at a time."""
 
@@ -29,16 +46,33 @@ class ConnectionPool:
         self._waiters: deque[asyncio.Future[Connection | None]] = deque()
         self._size = 0
         self._closed = False
+        # Connects under way, including those whose caller was cancelled.
+        self._connecting: set[asyncio.Task[Connection]] = set()
+        # Connections whose statement was cancelled, on their way back (see `_settle`).
+        self._settling: set[asyncio.Task[object]] = set()
 
     async def fill(self, count: int) -> None:
         """Open ``count`` connections now, so that a dead server is found at once."""
         for _ in range(count - self._size):
             self._size += 1
-            try:
-                self._idle.append(await self._connect())
-            except BaseException:
-                self._pass_on(None)  # the slot goes to a waiter, or is given up
-                raise
+            self._idle.append(await self._open_slot())
+
+    async def _open_slot(self) -> Connection:
+        """Open the connection of a slot already counted in ``_size``.
+
+        A failure gives the slot up (to a waiter, or for good) and is raised. A
+        cancelled caller leaves without cancelling the connect (see the module's
+        docstring); its connection, or its slot, is then passed on when it ends.
+        """
+        task = _start(self._connect)
+        self._connecting.add(task)
+        task.add_done_callback(self._connecting.discard)
+        await _wait_detached(task, self._pass_on)
+        try:
+            return task.result()
+        except BaseException:
+            self._pass_on(None)  # the slot goes to a waiter, or is given up
+            raise
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
@@ -46,8 +80,39 @@ class ConnectionPool:
         conn = await self._acquire()
         try:
             yield conn
-        finally:
+        except asyncio.CancelledError:
+            self._settle(conn)
+            raise
+        except BaseException:
             self._release(conn)
+            raise
+        self._release(conn)
+
+    def _settle(self, conn: Connection) -> None:
+        """Take back a connection whose statement was cancelled, once the server is idle on it.
+
+        A statement cancelled just after asyncpg's prepare (Parse, Describe, Flush)
+        has been answered leaves the server inside the statement's implicit
+        transaction, waiting for the Sync its Bind would have sent: it keeps its
+        locks (a DROP or ALTER waits for them) until the connection's next
+        statement, while ``is_in_transaction()`` says no. One more statement ends
+        that, in a task of its own so that the cancelled caller does not wait; it
+        first waits out asyncpg's cancel request, as the next caller would have.
+        """
+        if conn.is_closed() or self._closed:
+            self._release(conn)
+            return
+
+        def settled(task: asyncio.Task[object]) -> None:
+            self._settling.discard(task)
+            if not task.cancelled():
+                task.exception()  # retrieved; a broken connection is dropped just below
+            self._release(conn)
+
+        # Bounded: a server that stopped answering is what gets statements cancelled.
+        task = asyncio.get_running_loop().create_task(conn.execute("SELECT 1", timeout=_SETTLE_SECONDS))
+        self._settling.add(task)
+        task.add_done_callback(settled)
 
     async def _acquire(self) -> Connection:
         while self._idle:
@@ -58,8 +123,8 @@ class ConnectionPool:
         if self._closed:
             raise ConnectionError("the connection pool is closed")
         if self._size < self._max_size:
-            await self.fill(self._size + 1)
-            return self._idle.pop()
+            self._size += 1
+            return await self._open_slot()
         waiter: asyncio.Future[Connection | None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
@@ -71,11 +136,7 @@ class ConnectionPool:
             raise
         if conn is None:
             # A broken connection's slot was handed to us: open its replacement.
-            try:
-                return await self._connect()
-            except BaseException:
-                self._pass_on(None)
-                raise
+            return await self._open_slot()
         return conn
 
     def _release(self, conn: Connection) -> None:
@@ -110,6 +171,15 @@ class ConnectionPool:
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.cancel()
+        if pending := self._connecting | self._settling:
+            # Connects left by cancelled callers end on their own (asyncpg's connect
+            # timeout bounds them), and so do settling statements; cancelling either
+            # could leak asyncpg's future. What they hand back is terminated as it
+            # arrives, the pool being closed. A server gone silent is not waited for
+            # past the bound: then they are cancelled.
+            _, late = await asyncio.wait(pending, timeout=_CLOSE_SECONDS)
+            for task in late:
+                task.cancel()
 
     def terminate(self) -> None:
         """Drop every idle connection without a goodbye (their loop is gone)."""
@@ -117,3 +187,54 @@ class ConnectionPool:
         for conn in self._idle:
             conn.terminate()
         self._idle = []
+        self._connecting.clear()  # they died with their loop
+        self._settling.clear()
+
+
+async def connect_detached(connect: Callable[[], Awaitable[Connection]]) -> Connection:
+    """Await ``connect()`` without letting a cancellation interrupt it (see the module's docstring).
+
+    A caller cancelled first leaves at once; the connection is terminated when
+    it comes (it has run no statement, so nothing is left in flight).
+    """
+    task = _start(connect)
+    _detached.add(task)  # a reference of its own, once its caller has left
+    task.add_done_callback(_detached.discard)
+    await _wait_detached(task, _terminate)
+    return task.result()
+
+
+_detached: set[asyncio.Task[Connection]] = set()
+
+
+def _start(connect: Callable[[], Awaitable[Connection]]) -> asyncio.Task[Connection]:
+    async def run() -> Connection:
+        return await connect()
+
+    return asyncio.get_running_loop().create_task(run())
+
+
+async def _wait_detached(
+    task: asyncio.Task[Connection], orphaned: Callable[[Connection | None], object]
+) -> None:
+    """Wait for ``task`` to end; a cancelled caller leaves at once, and never cancels it.
+
+    The task's outcome then goes to ``orphaned``: its connection, or None if it
+    failed (its error is retrieved, so asyncio logs nothing).
+    """
+    try:
+        await asyncio.wait((task,))
+    except asyncio.CancelledError:
+        task.add_done_callback(lambda done: orphaned(_connection_or_none(done)))
+        raise
+
+
+def _connection_or_none(task: asyncio.Task[Connection]) -> Connection | None:
+    if task.cancelled() or task.exception() is not None:
+        return None
+    return task.result()
+
+
+def _terminate(conn: Connection | None) -> None:
+    if conn is not None:
+        conn.terminate()
