@@ -265,7 +265,7 @@ class TurnLoop:
             result = await tool.call(tool.validate(call.arguments))
         except Exception as exc:
             if is_control(exc):
-                raise  # the runtime's own failure (or a pause inside a group): not the tool's answer
+                raise  # the runtime's own failure: not the tool's answer (a pause is no Exception)
             content = str(exc) if isinstance(exc, ToolArgumentsError) else f"{type(exc).__name__}: {exc}"
             is_error = True
         else:

@@ -249,6 +249,9 @@ def resume(settings: Settings, execution_id: str, assignments: tuple[str, ...], 
     application that serves decisions, or `tether recover ID --app ...`.
     """
     as_json = json_flag == ""
+    if json_flag and not json_flag.lstrip().startswith("{"):
+        raise click.UsageError(f"--json takes no value here, and {json_flag!r} is no JSON object: put --json "
+                               f"after the execution id, and give a decision with --decision JSON.")
     if json_flag:  # --json '{"approved": true}', the old spelling of --decision (its output stays text)
         if raw is not None:
             raise click.UsageError("Give the decision with --decision, not with both --decision and --json.")
@@ -258,10 +261,8 @@ def resume(settings: Settings, execution_id: str, assignments: tuple[str, ...], 
     value = _decision(assignments, raw, "--json" if json_flag else "--decision")
     if value is None and (app is None or detach):
         raise click.UsageError("Recovering a run here needs its runner: pass --app module:attr (without --detach).")
-    if detach:
-        app = None
     decider = by or _decider()
-    if app is not None:
+    if app is not None and not detach:
         _print_result(settings, settings.run(
             lambda op: op.carry_on(execution_id, value, path=path, by=decider), app), as_json)
         return
@@ -271,7 +272,7 @@ def resume(settings: Settings, execution_id: str, assignments: tuple[str, ...], 
         await op.decide(execution_id, value, path=path, by=decider)
         return await op.show(execution_id)
 
-    timeline = settings.run(record)
+    timeline = settings.run(record, app)  # with --detach the app is loaded: its decision models check the value
     decision = timeline.decision
     if as_json:
         _print_json({"execution_id": execution_id, "status": timeline.execution.status, "continuing": False,

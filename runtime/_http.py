@@ -36,6 +36,7 @@ import logging
 import math
 import secrets
 import shlex
+from collections import OrderedDict
 from contextlib import asynccontextmanager
 from html import escape
 from typing import TYPE_CHECKING, Any
@@ -64,7 +65,7 @@ from ._interrupt import Resume
 from ._operator import Operator, Resumable
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
     from starlette.requests import Request
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -75,6 +76,8 @@ SID_COOKIE = "tether_sid"
 """A random id per browser; its form tokens and its login are signed for it."""
 LOGIN_COOKIE = "tether_login"
 """The login of one browser (set when the server has a token), signed for its session id."""
+SETTLED_KEPT = 1000
+"""How many continued runs a server remembers for ``?wait=`` once they ended."""
 MAX_BODY_BYTES = 1 << 20
 """The default limit on a request body (1 MiB): a decision is a small JSON object or form."""
 WAIT_CAP = 60.0
@@ -88,6 +91,7 @@ def create_app(
     token: str | None = None,
     secure_cookies: bool = False,
     max_body_bytes: int = MAX_BODY_BYTES,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """The ASGI app for ``store``; ``runners`` continue approved executions in the server.
 
@@ -99,6 +103,10 @@ def create_app(
             other's pages; without one, each app signs with a random secret of its own.
         secure_cookies: Mark cookies ``Secure`` (serve over HTTPS).
         max_body_bytes: The largest request body accepted; a larger one gets 413 unread.
+        allowed_hosts: The host names requests may be addressed to (their ``Host``
+            header); others get 400. ``tether serve`` without a token allows only
+            loopback names, so that a page whose name a DNS rebinding points at
+            127.0.0.1 cannot reach it. None: no check (the embedding server's job).
 
     Raises:
         ConfigurationError: ``max_body_bytes`` is below 1.
@@ -118,7 +126,8 @@ def create_app(
     secret = (hmac.new(token.encode(), b"tether-forms", hashlib.sha256).digest() if token
               else secrets.token_bytes(32))
     tasks: list[anyio.abc.TaskGroup] = []
-    settled: dict[str, anyio.Event] = {}
+    # Each run this server continues, until it has paused or ended; the latest kept, for ?wait=.
+    settled: OrderedDict[str, anyio.Event] = OrderedDict()
 
     def sign(purpose: bytes, sid: str) -> str:
         # One secret, distinct purposes: the CSRF token shown on a page is never a login.
@@ -191,18 +200,21 @@ def create_app(
         await operator.decide(execution_id, value, path=path, seq=seq, by=by)
         if runner is None or not tasks:
             return False
-        settled[execution_id] = anyio.Event()
-        tasks[0].start_soon(carry_on, execution_id)
+        done = settled[execution_id] = anyio.Event()
+        settled.move_to_end(execution_id)
+        while len(settled) > SETTLED_KEPT and next(iter(settled.values())).is_set():
+            settled.popitem(last=False)  # bounded: the oldest runs that ended are forgotten
+        tasks[0].start_soon(carry_on, execution_id, done)
         return True
 
-    async def carry_on(execution_id: str) -> None:
+    async def carry_on(execution_id: str, done: anyio.Event) -> None:
         try:
             result = await operator.carry_on(execution_id)
             log.info("execution %s continued: %s", execution_id, result.status)
         except Exception:
             log.exception("execution %s could not continue here; a recovery will carry it on", execution_id)
         finally:
-            settled[execution_id].set()
+            done.set()  # this run's own event: a later decision's run has its own
 
     # -- the API -----------------------------------------------------------------------
 
@@ -337,7 +349,10 @@ def create_app(
         return HTMLResponse(_pages.page("No store - tether", f"<p class=error role=alert>{escape(str(exc))}</p>"),
                             503)
 
-    app = Starlette(lifespan=lifespan, middleware=[Middleware(_BodyLimit, max_bytes=max_body_bytes)],
+    middleware = [Middleware(_BodyLimit, max_bytes=max_body_bytes)]
+    if allowed_hosts is not None:
+        middleware.insert(0, Middleware(_HostCheck, allowed=tuple(allowed_hosts)))
+    app = Starlette(lifespan=lifespan, middleware=middleware,
                     exception_handlers={StoreNotFound: no_store}, routes=[
         Route("/", home),
         Route("/healthz", health),
@@ -354,6 +369,26 @@ def create_app(
     # is continuing, set once that run has paused, finished or failed here.
     app.state.settled = settled
     return app
+
+
+class _HostCheck:
+    """Answer 400 to a request addressed to a host name not in ``allowed`` (DNS rebinding)."""
+
+    def __init__(self, app: ASGIApp, allowed: tuple[str, ...]) -> None:
+        self.app = app
+        self.allowed = {name.lower().strip("[]") for name in allowed}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = Headers(scope=scope).get("host", "")
+            name = urlsplit(f"//{host}").hostname or ""
+            if name not in self.allowed:
+                response = PlainTextResponse(
+                    f"This server answers requests for {', '.join(sorted(self.allowed))}, not {host!r}. "
+                    f"Open it by one of those names, or serve it with a token to allow others.", 400)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class _BodyTooLarge(Exception):
@@ -376,7 +411,7 @@ class _BodyLimit:
             await self.app(scope, receive, send)
             return
         declared = Headers(scope=scope).get("content-length", "")
-        if declared.isdigit() and int(declared) > self.max_bytes:
+        if declared.isascii() and declared.isdigit() and int(declared) > self.max_bytes:
             await self._refuse(scope, receive, send)
             return
         received = 0

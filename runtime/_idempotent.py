@@ -31,10 +31,12 @@ from pydantic_core import PydanticSerializationError
 from tether.stores import ConfigurationError, SerializationError, UsageError
 
 from . import _faults
-from ._interrupt import Suspension, content_digest, current_segment
+from ._interrupt import Suspension, content_digest, current_call, current_segment, taking as _taking
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from tether.stores import IdempotencyRecord
 
     from ._journal import ActorJournal
 
@@ -51,6 +53,9 @@ class Step:
     inbox_seq: int | None = None
     recorded: dict[str, Any] = field(default_factory=dict)
     """Durable steps of this message already journaled, by key (a replay returns them)."""
+    replay: bool = True
+    """The message may have been handled before, so records may exist. False for a message
+    handled for the first time: its calls run without looking for records first."""
     _ordinals: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -146,7 +151,7 @@ def idempotent(
         def name_of(*args: Any, **kwargs: Any) -> str:
             return key(*args, **kwargs) if key is not None else record_name
 
-        def encode(result: Any, record_key: str) -> Any:
+        def encode(result: Any) -> Any:
             try:
                 return adapter.dump_python(result, mode="json")
             except (PydanticSerializationError, ValueError, TypeError) as exc:
@@ -155,6 +160,30 @@ def idempotent(
                     f"JSON-compatible data or a pydantic model, and annotate the return type."
                 ) from exc
 
+        # What earlier versions keyed records by; a run they paused still finds its records.
+        legacy_name = None if key is not None or name is not None else qualname
+
+        def lookup_keys(step: Step, call: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str | None]:
+            record_key = step.key_for(name_of(*args, **kwargs), call)
+            return record_key, (step.key_for(legacy_name, call) if legacy_name is not None and step.replay else None)
+
+        def recorded(found: IdempotencyRecord, legacy: bool) -> Any:
+            """The recorded result; the decisions its body took the first time are taken again."""
+            value: Any = found.value
+            if legacy or not isinstance(value, dict) or "v" not in value:
+                return adapter.validate_python(value)
+            scope = current_call.get()
+            for path, reason, context in value.get("taken", ()):
+                if scope is not None:
+                    scope.take_answered(path, reason, context)
+            return adapter.validate_python(value["v"])
+
+        def record(result: Any, taken: list[tuple[str, str, str]]) -> Any:
+            encoded: dict[str, Any] = {"v": encode(result)}
+            if taken:
+                encoded["taken"] = [list(t) for t in taken]
+            return encoded
+
         if inspect.iscoroutinefunction(func):
 
             @functools.wraps(func)
@@ -162,12 +191,20 @@ def idempotent(
                 step = current_step.get()
                 if step is None:
                     return await func(*args, **kwargs)
-                record_key = step.key_for(name_of(*args, **kwargs), (args, kwargs))
+                record_key, legacy_key = lookup_keys(step, (args, kwargs), args, kwargs)
                 journal = step.journal
-                found = await journal.store.get_idempotent(journal.lease.execution_id, record_key)
-                if found is not None:
-                    return adapter.validate_python(found.value)
+                if step.replay:  # a message handled for the first time has no records to find
+                    execution_id = journal.lease.execution_id
+                    found = await journal.store.get_idempotent(execution_id, record_key)
+                    if found is not None:
+                        return recorded(found, legacy=False)
+                    if legacy_key is not None:
+                        found = await journal.store.get_idempotent(execution_id, legacy_key)
+                        if found is not None:
+                            return recorded(found, legacy=True)
                 token = _current_key.set(record_key)
+                taken: list[tuple[str, str, str]] = []
+                watch = _taking.set((*_taking.get(), taken))
                 try:
                     result = await func(*args, **kwargs)
                 except BaseException as exc:
@@ -175,10 +212,11 @@ def idempotent(
                         _faults.cut(record_key)  # cancelled mid-effect: no record will follow
                     raise
                 finally:
+                    _taking.reset(watch)
                     _current_key.reset(token)
                     _faults.ran(qualname, record_key)
                 _faults.reached("before_record")
-                await journal.store.put_idempotent(journal.lease, record_key, encode(result, record_key))
+                await journal.store.put_idempotent(journal.lease, record_key, record(result, taken))
                 return result
 
             return run_async  # type: ignore[return-value]
@@ -188,28 +226,34 @@ def idempotent(
             step = current_step.get()
             if step is None:
                 return func(*args, **kwargs)
-            journal = step.journal
-            record_key = step.key_for(name_of(*args, **kwargs), (args, kwargs))
             try:
-                found = anyio.from_thread.run(journal.store.get_idempotent, journal.lease.execution_id,
-                                              record_key)
+                anyio.from_thread.check_cancelled()  # a worker thread of the loop, or nowhere to wait
             except RuntimeError as exc:
                 raise UsageError(
                     f"@idempotent {qualname} is synchronous and was called on the event loop's "
                     f"thread, where it cannot wait for the store. Call it with "
                     f"anyio.to_thread.run_sync({func.__name__}, ...), or make it async."
                 ) from exc
-            if found is not None:
-                return adapter.validate_python(found.value)
+            journal = step.journal
+            record_key, legacy_key = lookup_keys(step, (args, kwargs), args, kwargs)
+            if step.replay:  # a message handled for the first time has no records to find
+                execution_id = journal.lease.execution_id
+                for lookup, legacy in ((record_key, False), (legacy_key, True)):
+                    if lookup is not None:
+                        found = anyio.from_thread.run(journal.store.get_idempotent, execution_id, lookup)
+                        if found is not None:
+                            return recorded(found, legacy)
             token = _current_key.set(record_key)
+            taken: list[tuple[str, str, str]] = []
+            watch = _taking.set((*_taking.get(), taken))
             try:
                 result = func(*args, **kwargs)
             finally:
+                _taking.reset(watch)
                 _current_key.reset(token)
                 _faults.ran(qualname, record_key)
             _faults.reached("before_record")
-            anyio.from_thread.run(journal.store.put_idempotent, journal.lease, record_key,
-                                  encode(result, record_key))
+            anyio.from_thread.run(journal.store.put_idempotent, journal.lease, record_key, record(result, taken))
             return result
 
         return run_sync

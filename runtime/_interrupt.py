@@ -88,19 +88,25 @@ def loaded_model(name: str) -> type[BaseModel] | None:
     Looked up, never imported: a name read from the journal cannot load code.
     The same code loaded under another module name (a script's ``__main__``, then
     ``--app refunds:runners``) is found by its qualified name, when exactly one
-    model has it.
+    model has it; models of two named modules are never taken for one another.
     """
     module, colon, qualname = name.partition(":")
     if not colon:  # module.qualname, as earlier versions of tether wrote it
         module, _, qualname = name.rpartition(".")
     alike: list[type[BaseModel]] = []
+    seen: set[type[BaseModel]] = set()
     pending: list[type[BaseModel]] = [BaseModel]
     while pending:
         model = pending.pop()
+        if model in seen:
+            continue  # reached through two bases
+        seen.add(model)
         if model.__qualname__ == qualname:
             if model.__module__ == module:
                 return model
-            alike.append(model)
+            # Only a script's own module has another name elsewhere: two named modules are two models.
+            if "__main__" in (module, model.__module__):
+                alike.append(model)
         pending.extend(model.__subclasses__())
     return alike[0] if len(alike) == 1 else None
 
@@ -114,7 +120,7 @@ class Suspended(Suspension):
 
 
 @dataclass(frozen=True)
-class Decision:
+class Answer:
     """A journaled decision, with what the suspended call asked: the call that asks again gets it."""
 
     value: JsonValue
@@ -129,12 +135,12 @@ class CallScope:
     """Where `interrupt()` calls come from while one message is handled."""
 
     actor_path: str
-    resume_values: dict[str, list[Decision]] = field(default_factory=dict)
+    resume_values: dict[str, list[Answer]] = field(default_factory=dict)
     """Decisions per call path, oldest first: each is consumed by one call (see `take`)."""
     opened: dict[str, int] = field(default_factory=dict)
     """How many calls of each name this message has opened: numbers never repeat."""
 
-    def take(self, path: str, reason: str, context: JsonValue) -> Decision | None:
+    def take(self, path: str, reason: str, context: JsonValue) -> Answer | None:
         """The decision for the call at ``path`` asking ``reason`` about ``context``, consumed.
 
         By order among the decisions that answered the same reason, preferring the
@@ -151,7 +157,18 @@ class CallScope:
             return None
         digest = content_digest(context)
         exact = [i for i in alike if values[i].context == digest]
-        return values.pop(exact[0] if exact else alike[0])
+        decision = values.pop(exact[0] if exact else alike[0])
+        for log in taking.get():  # an @idempotent call running: it records what its body took
+            log.append((path, reason, digest))
+        return decision
+
+    def take_answered(self, path: str, reason: str, digest: str) -> None:
+        """Take the decision an earlier run of an ``@idempotent`` body took, now answered from its record."""
+        values = self.resume_values.get(path, [])
+        alike = [i for i, d in enumerate(values) if d.reason is None or d.reason == reason]
+        exact = [i for i in alike if values[i].context == digest]
+        if exact or alike:
+            values.pop(exact[0] if exact else alike[0])
 
 
 def content_digest(content: Any) -> str:
@@ -163,6 +180,8 @@ def content_digest(content: Any) -> str:
 
 
 current_call: ContextVar[CallScope | None] = ContextVar("tether_call", default=None)
+taking: ContextVar[tuple[list[tuple[str, str, str]], ...]] = ContextVar("tether_taking", default=())
+"""The logs of the ``@idempotent`` calls running here: each notes the decisions its body takes."""
 _segment: ContextVar[str | None] = ContextVar("tether_segment", default=None)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,10 +19,11 @@ from tether.stores import (
     NewInterrupt,
     SerializationError,
     Store,
+    StoreError,
 )
 
 from . import _delta, _faults
-from ._interrupt import Decision, content_digest
+from ._interrupt import Answer, content_digest
 from ._owners import is_dead
 
 if TYPE_CHECKING:
@@ -74,7 +76,14 @@ async def take_lease(
     why: dict[str, Any] = {"from": previous, "by": owner, "dead": dead, "forced": force}
     if force:
         why["operator"] = _operator()
-    await store.append(lease, [NewEntry(path=path, label="takeover", payload=why)])
+    try:
+        await store.append(lease, [NewEntry(path=path, label="takeover", payload=why)])
+    except BaseException:
+        # Untold, the takeover does not happen: give the lease back, or every other process
+        # would wait it out (this owner is alive, so nobody could prove it dead).
+        with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
+            await store.release_lease(lease)
+        raise
     return lease
 
 
@@ -126,7 +135,7 @@ class Loaded:
     state: dict[str, Any]
     unhandled: list[tuple[int, BaseModel, str | None]]
     """Messages accepted but never handled: (inbox seq, message, ask id), in order."""
-    decisions: dict[int, dict[str, list[Decision]]]
+    decisions: dict[int, dict[str, list[Answer]]]
     """Resume decisions per unhandled inbox seq: call path -> decisions, oldest first."""
     steps: dict[int, dict[str, Any]]
     """Results of durable steps per unhandled inbox seq: step key -> result."""
@@ -251,7 +260,7 @@ class ActorJournal:
         history: list[tuple[str, dict[str, Any]]] = [("delta", {"set": initial})]
         inbox: dict[int, tuple[BaseModel, str | None]] = {}
         suspensions: dict[int, tuple[int, Any, Any]] = {}   # suspended entry seq -> (inbox seq, reason, context)
-        decisions: dict[int, dict[str, list[Decision]]] = {}
+        decisions: dict[int, dict[str, list[Answer]]] = {}
         steps: dict[int, dict[str, Any]] = {}
         self.asks.clear()
         self._ids.clear()
@@ -267,7 +276,7 @@ class ActorJournal:
                 if origin is not None and (entry.path == self.path or entry.path.startswith(mine)):
                     inbox_seq, reason, context = origin
                     decisions.setdefault(inbox_seq, {}).setdefault(entry.path, []).append(
-                        Decision(payload["value"], reason, context))
+                        Answer(payload["value"], reason, context))
                 continue
             if entry.path != self.path:
                 continue

@@ -5,17 +5,18 @@ When that process was killed, the next process on the same machine should not
 have to wait: it can look. An owner name carries what identifies its process
 on its machine, for as long as the machine runs:
 
-    web-1:4242:9f3a1c2b@1b2c3d4e5f607182.4026531836.987654/5e6f7a8b
+    web-1:4242:9f3a1c2b@1b2c3d4e5f607182.4026531836-4026531834.987654/5e6f7a8b
 
 that is, the host name, the pid and a random nonce (for people), then the boot
-id, the pid namespace and the process's start time (in clock ticks since boot),
-then the tags of the runtime and of the drive that holds the lease.
+id, the pid and time namespaces, and the process's start time (in clock ticks
+since boot, as that time namespace counts them), then the tags of the runtime
+and of the drive that holds the lease.
 
-`is_dead` answers True only when it can prove it: same boot, same pid namespace,
+`is_dead` answers True only when it can prove it: same boot, same namespaces,
 and that pid is gone, a zombie, or a newer process (its start time differs).
-Anything it cannot judge (another host, a container with its own pid namespace,
-no ``/proc``, an owner name without these facts) is treated as alive: the
-caller waits for the lease to expire, as it always could.
+Anything it cannot judge (another host, a container with its own pid or time
+namespace, no ``/proc``, an owner name without these facts) is treated as
+alive: the caller waits for the lease to expire, as it always could.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ class Identity:
 
     boot: str
     """The first 16 hex digits of the kernel's boot id (random per boot, so per machine too)."""
-    pid_namespace: int
+    namespaces: str
+    """The pid namespace's inode and the time namespace's (``0`` on kernels without them), as
+    ``pid-time``: pids, and start times, mean the same only within the same two."""
     start: int
     """The process's start time, in clock ticks since boot (``/proc/<pid>/stat``, field 22)."""
 
@@ -61,7 +64,7 @@ def _identity_of(pid: int) -> Identity | None:
     try:
         with open(_BOOT_ID) as handle:
             boot = handle.read().strip().replace("-", "")[:16]
-        namespace = os.stat("/proc/self/ns/pid").st_ino
+        namespaces = f"{os.stat('/proc/self/ns/pid').st_ino}-{_inode('/proc/self/ns/time')}"
     except OSError:
         return None
     stat = _stat("self")
@@ -69,7 +72,15 @@ def _identity_of(pid: int) -> Identity | None:
     # (or not at all): what it says of other pids would not be about our neighbours.
     if stat is None or stat[0] != pid or len(boot) != 16:
         return None
-    return Identity(boot, namespace, stat[2])
+    return Identity(boot, namespaces, stat[2])
+
+
+def _inode(path: str) -> int:
+    """A namespace's inode, or 0 where the kernel has no such namespace (time: before 5.6)."""
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return 0
 
 
 def identity() -> Identity | None:
@@ -92,7 +103,7 @@ def _owner_of(pid: int) -> str:
     found = _identity_of(pid)
     if found is None:
         return name
-    return f"{name}@{found.boot}.{found.pid_namespace}.{found.start}"
+    return f"{name}@{found.boot}.{found.namespaces}.{found.start}"
 
 
 def process_owner() -> str:
@@ -113,13 +124,13 @@ def is_dead(owner: str) -> bool:
     if not at:
         return False
     try:
-        boot, namespace, start = facts.split(".")
+        boot, namespaces, start = facts.split(".")
         pid = int(head.rsplit(":", 2)[-2])
-        recorded = Identity(boot, int(namespace), int(start))
+        recorded = Identity(boot, namespaces, int(start))
     except (ValueError, IndexError):
         return False
     mine = identity()
-    if mine is None or (recorded.boot, recorded.pid_namespace) != (mine.boot, mine.pid_namespace):
+    if mine is None or (recorded.boot, recorded.namespaces) != (mine.boot, mine.namespaces):
         return False  # another machine, boot or container: cannot look
     if pid == os.getpid():
         return recorded.start != mine.start  # a process before this one had our pid
@@ -135,5 +146,20 @@ def is_dead(owner: str) -> bool:
     if stat is None:
         return False  # it exists but /proc hides it (hidepid), or it ended just now: wait
     _, state, started = stat
-    # A zombie ran to its end (or was killed) and only waits for its parent to read its status.
-    return started != recorded.start or state in ("Z", "X")
+    if started != recorded.start:
+        return True  # another process, which has the dead one's pid now
+    # A zombie ran to its end (or was killed) and only waits for its parent to read its status;
+    # unless only its first thread ended and others run on (then it shows Z too).
+    return state in ("Z", "X") and _threads(pid) <= 1
+
+
+def _threads(pid: int) -> int:
+    """How many threads the process has (``/proc/<pid>/status``); 0 if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0

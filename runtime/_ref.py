@@ -51,6 +51,9 @@ class Envelope:
     ask_id: str | None = field(default=None)
     """An ask made while a durable actor handled a message: the same call made again
     (its handler running again) gets the first one's answer instead of a second message."""
+    replayed: bool = False
+    """It may have been handled before (loaded from the journal, or handled again after a
+    failure): only then can records of its side effects exist."""
 
 
 class ActorRef:

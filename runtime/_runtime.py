@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from contextlib import AsyncExitStack
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
@@ -221,6 +222,12 @@ class Runtime:
             _faults.reached("after_start")
             return await self._drive(factory, name, started.lease, Start(input=input), fresh=True)
         execution = started.execution
+        if execution.root_path != root_path:
+            raise ConfigurationError(
+                f"Execution {execution_id!r} was started at {execution.root_path!r}, not {root_path!r}: run it "
+                f"with the name it was started with (name={execution.root_path.partition(':')[2]!r}), or use "
+                f"another execution id."
+            )
         if execution.status not in ("running", "decided", "queued"):
             return await self.result(execution_id)
         check_runner(execution, factory)
@@ -326,12 +333,21 @@ class Runtime:
         """
         if await self._store().get_execution(execution_id) is None:
             raise ExecutionNotFound(execution_id)
-        await self._claim(execution_id, value, path, self._drive_owner(execution_id, drive=False), seq, by=by)
+        owner = self._drive_owner(execution_id, drive=False)
+        dead = await self._claim(execution_id, value, path, owner, seq, by=by)
+        if dead is not None:
+            # Decided past the lease of a process that died running it: nobody here carries it on,
+            # so the run is handed over as decided at once, not when that lease would expire.
+            lease = await self._take_over(execution_id, f"{self._settings.owner}/{tag()}")
+            if lease is not None:
+                await self._store().release_lease(lease, status="decided", wake_at=datetime.now(UTC))
 
     async def _claim(self, execution_id: str, value: BaseModel | dict[str, Any], path: str | None,
-                     owner: str, seq: int | None = None, *, force: bool = False, by: str | None = None) -> None:
+                     owner: str, seq: int | None = None, *, force: bool = False, by: str | None = None) -> str | None:
+        """Claim with a checked decision; returns the dead (or forced) holder it claimed past, if any."""
         decision = await self._validate_decision(execution_id, value, path)
         store = self._store()
+        past = None
         try:
             # Refused (LeaseHeld, nothing consumed) while another process runs the execution.
             await store.claim(execution_id, decision, path=path, seq=seq, owner=owner, by=by)
@@ -340,7 +356,9 @@ class Runtime:
                 raise
             # Its process is gone: the decision is carried out by whoever takes the lease over.
             await store.claim(execution_id, decision, path=path, seq=seq, owner=held.owner, by=by)
+            past = held.owner
         _faults.reached("after_claim")
+        return past
 
     async def _validate_decision(
         self, execution_id: str, value: BaseModel | dict[str, Any], path: str | None

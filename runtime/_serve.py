@@ -42,8 +42,11 @@ def serve_forever(store_url: str, runners: list[Resumable], *, host: str, port: 
             await store.setup()
         except StoreNotFound as missing:
             log.warning("%s The pages and the API answer 503 until it exists.", missing)
+        # Without a token, only loopback names: a page whose own name a DNS rebinding points
+        # at 127.0.0.1 is then refused, though the browser thinks it same-origin.
+        hosts = None if token is not None else sorted({"127.0.0.1", "localhost", "::1", host})
         try:
-            app = create_app(store, runners, token=token)
+            app = create_app(store, runners, token=token, allowed_hosts=hosts)
             log.info("serving %s on http://%s:%d/approvals (%s)", store_url, host, port, backend)
             if not runners:
                 # Said at start: otherwise an approval made here looks as if it set the run going.

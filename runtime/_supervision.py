@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 from pydantic import TypeAdapter
-from tether.stores import ConfigurationError, SerializationError, StaleLease, Store
+from tether.stores import ConfigurationError, SerializationError, StaleLease, Store, UsageError
 
 from . import _delta
 from ._actor import Actor, ActorContext, ActorFactory, segment
 from ._errors import ActorCrashed, ActorStopped, SupervisionEscalated
 from ._execution import ExecutionState, Start
 from ._idempotent import Step, current_step
-from ._interrupt import CallScope, Decision, Interrupted, Parked, Suspended, Suspension, current_call
+from ._interrupt import Answer, CallScope, Interrupted, Parked, Suspended, Suspension, current_call
 from ._journal import ActorJournal, MessageCodec
 from ._ref import ActorRef, Envelope, Reply
 from ._supervision_types import RestartPolicy, SupervisionStrategy
@@ -68,7 +68,7 @@ class Slot:
         self.redeliver: deque[Envelope] = deque()
         self.crashed: Envelope | None = None  # the message a non-durable handler crashed on
         self.parked: Envelope | None = None   # the message an interrupt() suspended
-        self.decisions: dict[int, dict[str, list[Decision]]] = {}  # resume decisions per inbox seq
+        self.decisions: dict[int, dict[str, list[Answer]]] = {}  # resume decisions per inbox seq
         self.waiters: dict[int, list[Reply]] = {}  # repeated asks waiting for a message
         self.steps: dict[int, dict[str, Any]] = {}  # durable step results per inbox seq
         self.finish: tuple[bool, Any] = (False, None)
@@ -173,7 +173,7 @@ class Slot:
             self.execution.end("completed", loaded.finished[1])
         if self.cold:
             # Accepted before the last process died, never handled: handle them first.
-            self.redeliver.extend(Envelope(message, inbox_seq=seq, ask_id=ask_id)
+            self.redeliver.extend(Envelope(message, inbox_seq=seq, ask_id=ask_id, replayed=True)
                                   for seq, message, ask_id in loaded.unhandled)
         self.cold = False
 
@@ -207,7 +207,7 @@ class Slot:
             # @idempotent calls and asks are keyed by the message's journal entry:
             # handling it again (after a crash or a resume) finds the same records.
             step = current_step.set(Step(self.journal, f"inbox:{envelope.inbox_seq}", envelope.inbox_seq,
-                                         self.steps.get(envelope.inbox_seq or 0, {})))
+                                         self.steps.get(envelope.inbox_seq or 0, {}), envelope.replayed))
             if self.execution is not None:  # interrupt() belongs to executions only
                 decisions = self.decisions.get(envelope.inbox_seq or 0, {})
                 call = current_call.set(CallScope(self.path, {p: list(v) for p, v in decisions.items()}))
@@ -216,7 +216,13 @@ class Slot:
                 reply = await instance.receive(envelope.message)
             except BaseException as exc:
                 signals = _suspension_signals(exc)
-                if signals is None or self.journal is None:
+                if signals is not None and self.journal is None:
+                    # Nothing here could park and come back: a failure of this actor, not a pause.
+                    raise UsageError(
+                        f"{self.path!r} is not durable, so it cannot pause: it asked an actor that paused, "
+                        f"or called interrupt() or a durable sleep. Spawn it with durable=True."
+                    ) from exc
+                if signals is None:
                     failure = _failure(exc)
                     if failure is exc:
                         raise
@@ -232,6 +238,7 @@ class Slot:
         except Exception as exc:
             if self.journal is not None and not isinstance(exc, StaleLease):
                 # The state rolls back to the journal; the message is handled again.
+                envelope.replayed = True
                 self.redeliver.appendleft(envelope)
             else:
                 # Answered by the supervisor once it has decided what happens next.
@@ -239,6 +246,7 @@ class Slot:
             raise
         except anyio.get_cancelled_exc_class():
             if self.journal is not None:
+                envelope.replayed = True
                 self.redeliver.appendleft(envelope)
             elif envelope.reply is not None:
                 envelope.reply.fail(ActorStopped(self.path))

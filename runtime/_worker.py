@@ -227,8 +227,9 @@ async def serve_executions(
     Example:
         ```python
         async with SQLiteStore("app.db") as store, anyio.create_task_group() as tg:
-            await tg.start(serve_executions, store, [refund_chain])
+            worker = await tg.start(serve_executions, store, [refund_chain])
             ...  # the application's own work; decisions made anywhere are carried out here
+            worker.stop()  # at shutdown: what runs finishes (or pauses), then the group ends
         ```
     """
     async with ExecutionWorker(store, runners, concurrency=concurrency, lease_seconds=lease_seconds,

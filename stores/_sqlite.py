@@ -10,10 +10,12 @@ another process's claim fail with "database is locked" instead of waiting.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import os
 import sqlite3
+import stat
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -197,6 +199,8 @@ def _tether_stores_near(path: str) -> list[str]:
         if name == here.name or name.endswith(("-wal", "-shm", "-journal")):
             continue
         try:
+            if not stat.S_ISREG(candidate.stat().st_mode):
+                continue  # a directory, a FIFO (whose open would wait for a writer), a socket
             with candidate.open("rb") as file:
                 if file.read(16) != _SQLITE_HEADER:
                     continue
@@ -1179,7 +1183,10 @@ class SQLiteStore(DriverStore):
                 )
         except anyio.get_cancelled_exc_class():
             for db in opened:
-                db.interrupt()  # the scan stops at its next step, and its thread closes the connection
+                # The scan stops at its next step, and its thread closes the connection (which may
+                # have happened already: then there is nothing to interrupt).
+                with contextlib.suppress(sqlite3.ProgrammingError):
+                    db.interrupt()
             raise
         if damaged and self._damage is None:
             self._damage = StoreCorrupted(

@@ -605,7 +605,10 @@ async def test_an_idempotent_function_that_interrupts_records_only_after_the_res
     assert EFFECTS == ["refund 300"]  # once, after the approval
     assert set(KEYS) == {key}  # the same call, the same key
     record = await db_store.get_idempotent("i-1", key)
-    assert record is not None and record.value == "refunded"
+    # The result, with the decision its body took (given again when the record answers for it).
+    assert record is not None and record.value["v"] == "refunded"  # type: ignore[index, call-overload]
+    assert [taken[:2] for taken in record.value["taken"]] == [  # type: ignore[index, call-overload]
+        ["chain:refund/node:refund_then_confirm", "manager_approval"]]
 
     done = await chain.resume("i-1", Resume(approved=True))
     assert done.status == "completed"

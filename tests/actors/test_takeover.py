@@ -166,3 +166,27 @@ def test_a_run_killed_before_its_first_boundary_is_carried_out_by_the_next_call(
     done = scenario.run(name, mode)  # it hung, renewing the lease, forever: Scenario.run times out at 120 s
     assert done["status"] == "completed", done
     assert scenario.counts() and all(n == 1 for n in scenario.counts().values()), scenario.counts()
+
+
+def test_a_decision_recorded_past_a_dead_holder_leaves_the_run_decided(
+    store_kind: pytest.FixtureRequest, tmp_path: Path, anyio_backend: str,
+) -> None:
+    """Killed just after its pause was journaled, before it let go: the next claim hands the run on."""
+    scenario = scenario_for(CHAIN, store_kind, tmp_path, anyio_backend)
+    scenario.die_at("approval", "at:suspended")
+    owner, _ = lease_of(scenario, "approval")
+    assert owner is not None
+
+    async def decide() -> tuple[str, str | None]:
+        from tether.runtime import Resume, Runtime
+
+        async with scenario.store() as store, Runtime(store) as rt:
+            await rt.claim("approval", Resume(approved=True), by="cli:alice")
+            execution = await store.get_execution("approval")
+            assert execution is not None
+            return execution.status, execution.lease_owner
+
+    assert anyio.run(decide, backend=anyio_backend) == ("decided", None)  # not "running" until the lease expires
+    done = scenario.run("approval", "recover")
+    assert done["status"] == "completed"
+    assert done["output"]["approved"] is True

@@ -319,3 +319,19 @@ def _post_raw(base: str, path: str, size: int, *, chunked: bool) -> tuple[str, i
                 pass
         reader.join(60)
     return bytes(answer).split(b"\r\n", 1)[0].decode(), sent
+
+
+def test_a_server_without_a_token_answers_only_to_loopback_names(server: str, url: str) -> None:
+    """A page at evil.example, its name rebound to 127.0.0.1, is same-origin to the browser: refused."""
+    start_paused(url, "h-1")
+    port = server.rsplit(":", 1)[1]
+    rebound = httpx.get(f"{server}/api/pending", headers={"host": f"evil.example:{port}"}, timeout=30)
+    assert rebound.status_code == 400
+    assert "evil.example" in rebound.text
+    forged = httpx.post(f"{server}/api/executions/h-1/resume", json={"approved": True},
+                        headers={"host": f"evil.example:{port}"}, timeout=30)
+    assert forged.status_code == 400
+    for name in ("127.0.0.1", "localhost"):
+        listed = httpx.get(f"{server}/api/pending", headers={"host": f"{name}:{port}"}, timeout=30)
+        assert listed.status_code == 200
+        assert [row["execution_id"] for row in listed.json()] == ["h-1"]  # nothing was decided

@@ -149,6 +149,10 @@ def test_a_custom_decision_model_is_found_under_another_module_name(tmp_path: Pa
     # With it (module limits_flow): checked against Limit, whose own default is to refuse.
     wrong = tether("resume", "l-1", "--set", "limit=fifty", "--app", "limits_flow:runners")
     assert wrong.returncode == 2 and "limit" in wrong.stderr
-    done = tether("resume", "l-1", "--set", "limit=50", "--app", "limits_flow:runners", "--json")
+    # Recorded only (--detach), but checked against Limit all the same: the app is loaded for it.
+    recorded = tether("resume", "l-1", "--set", "limit=50", "--app", "limits_flow:runners", "--detach", "--json")
+    assert recorded.returncode == 0, recorded.stderr
+    assert json.loads(recorded.stdout)["status"] == "decided"
+    done = tether("recover", "l-1", "--app", "limits_flow:runners", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["output"] == {"amount": 70, "approved": False, "limit": 50}

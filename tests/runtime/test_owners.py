@@ -19,15 +19,15 @@ from tether.runtime._owners import _stat, identity, is_dead, process_owner
 PRINT_OWNER = "from tether.runtime._owners import process_owner; print(process_owner(), flush=True)"
 
 
-def facts(owner: str) -> tuple[str, int, str, int, int]:
-    """(host, pid, boot, pid namespace, start) of an owner name."""
+def facts(owner: str) -> tuple[str, int, str, str, int]:
+    """(host, pid, boot, namespaces, start) of an owner name."""
     head, _, tail = owner.split("/", 1)[0].partition("@")
     host, pid, _ = head.rsplit(":", 2)
-    boot, namespace, start = tail.split(".")
-    return host, int(pid), boot, int(namespace), int(start)
+    boot, namespaces, start = tail.split(".")
+    return host, int(pid), boot, namespaces, int(start)
 
 
-def owner_like(pid: int, start: int, *, boot: str | None = None, namespace: int | None = None) -> str:
+def owner_like(pid: int, start: int, *, boot: str | None = None, namespace: str | None = None) -> str:
     host, _, mine_boot, mine_namespace, _ = facts(process_owner())
     return f"{host}:{pid}:0badf00d@{boot or mine_boot}.{namespace or mine_namespace}.{start}/tag"
 
@@ -36,7 +36,7 @@ def test_this_process_is_alive_and_says_who_it_is() -> None:
     owner = process_owner()
     host, pid, boot, namespace, start = facts(owner)
     mine = identity()
-    assert mine is not None and (pid, boot, namespace, start) == (os.getpid(), mine.boot, mine.pid_namespace,
+    assert mine is not None and (pid, boot, namespace, start) == (os.getpid(), mine.boot, mine.namespaces,
                                                                   mine.start)
     assert host == os.uname().nodename
     assert not is_dead(owner)
@@ -81,7 +81,8 @@ def test_what_cannot_be_judged_is_alive(stranger: subprocess.Popen[bytes]) -> No
     dead_pid = int(gone.stdout)
     assert is_dead(owner_like(dead_pid, 1))  # the baseline: this one can be judged, and is dead
     assert not is_dead(owner_like(dead_pid, 1, boot="00000000000000ff"))  # another machine, or boot
-    assert not is_dead(owner_like(dead_pid, 1, namespace=1))  # another pid namespace
+    assert not is_dead(owner_like(dead_pid, 1, namespace="1-" + facts(process_owner())[3].split("-")[1]))
+    assert not is_dead(owner_like(dead_pid, 1, namespace=facts(process_owner())[3].split("-")[0] + "-1"))
     for unsaid in ("worker-7", "web-1:4242:abcd", "web-1:4242:abcd@", "web-1:x:abcd@b.1.2", f"h:{dead_pid}:a@zz"):
         assert not is_dead(unsaid)
 
