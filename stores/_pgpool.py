@@ -191,20 +191,28 @@ class ConnectionPool:
         self._settling.clear()
 
 
-async def connect_detached(connect: Callable[[], Awaitable[Connection]]) -> Connection:
+async def connect_detached(connect: Callable[[], Awaitable[Connection]],
+                           under_way: set[asyncio.Task[Connection]]) -> Connection:
     """Await ``connect()`` without letting a cancellation interrupt it (see the module's docstring).
 
     A caller cancelled first leaves at once; the connection is terminated when
-    it comes (it has run no statement, so nothing is left in flight).
+    it comes (it has run no statement, so nothing is left in flight). The task
+    stays in ``under_way`` until it ends: its owner waits for it before its loop
+    goes (`finish_detached`), or the socket it opens would be left unclosed.
     """
     task = _start(connect)
-    _detached.add(task)  # a reference of its own, once its caller has left
-    task.add_done_callback(_detached.discard)
+    under_way.add(task)
+    task.add_done_callback(under_way.discard)
     await _wait_detached(task, _terminate)
     return task.result()
 
 
-_detached: set[asyncio.Task[Connection]] = set()
+async def finish_detached(under_way: set[asyncio.Task[Connection]]) -> None:
+    """Let detached connects end (a bounded wait; then they are cancelled)."""
+    if under_way:
+        _, late = await asyncio.wait(set(under_way), timeout=_CLOSE_SECONDS)
+        for task in late:
+            task.cancel()
 
 
 def _start(connect: Callable[[], Awaitable[Connection]]) -> asyncio.Task[Connection]:

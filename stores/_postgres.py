@@ -48,10 +48,11 @@ from ._models import (
     PendingInterrupt,
     StartResult,
 )
-from ._pgpool import ConnectionPool, connect_detached
+from ._pgpool import ConnectionPool, connect_detached, finish_detached
 from ._protocol import SCHEMA_VERSION, check_limit
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import Callable, Iterator, Sequence
     from datetime import datetime
 
@@ -187,6 +188,8 @@ class PostgresStore(DriverStore):
         self.max_size = max_size
         self.connect_timeout = connect_timeout
         self._pool: ConnectionPool | None = None
+        # LISTEN connects whose caller was cancelled, still under way: closing waits for them.
+        self._listen_connects: set[asyncio.Task[Any]] = set()
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact(self.dsn)!r})"
@@ -291,6 +294,7 @@ class PostgresStore(DriverStore):
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.aclose()
+        await finish_detached(self._listen_connects)
 
     async def _abandon(self) -> None:
         pool, self._pool = self._pool, None
@@ -324,7 +328,7 @@ class PostgresStore(DriverStore):
         async def open_listener(op: Op) -> Any:
             with self._map_errors():
                 # Never interrupted by a cancellation (see _pgpool); a cancelled caller's is terminated.
-                return await connect_detached(connect)
+                return await connect_detached(connect, self._listen_connects)
 
         return Listener(self, await self._run(open_listener))
 

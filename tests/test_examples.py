@@ -226,7 +226,7 @@ def test_the_planner_refusal_ends_with_an_answer_that_agrees_with_the_journal(tm
 def test_the_example_test_file_passes_as_a_user_would_run_it(postgres_dsn: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--tether", "-o", "tether_postgres=required", "-p", "no:cacheprovider",
-         "-q", str(EXAMPLES / "test_refund_chain.py")],
+         "-n", "0", "-q", str(EXAMPLES / "test_refund_chain.py")],
         capture_output=True, text=True, timeout=300, check=False, cwd=EXAMPLES,
         env={**os.environ, "TETHER_TEST_POSTGRES_DSN": postgres_dsn},
     )
