@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tether.runtime import Actor, NoState, RunResult, Start
+from tether.runtime import Actor, NoState, Runner, RunResult, Start
 from tether.stores import ConfigurationError, Store
 
 from ._llm import LLM
 from ._loop import Final, TurnLoop
 from ._messages import Message, SystemMessage, UserMessage
-from ._runner import Runner
 from ._tools import FunctionTool
 
 if TYPE_CHECKING:
@@ -71,7 +70,7 @@ class Agent(Runner):
                 f"llm={llm!r} has no async complete(messages, tools) method; pass ScriptedLLM, "
                 f"OpenAIChatLLM, or an object with one."
             )
-        self.name = self._named("agent", name)
+        self.name: str = self._named("agent", name)
         self.llm = llm
         self.store = store
         self.system_prompt = system_prompt

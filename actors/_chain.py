@@ -31,11 +31,10 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from pydantic import BaseModel, JsonValue
-from tether.runtime import Actor, Start, call_scope
+from tether.runtime import Actor, Runner, Start, call_scope
 from tether.stores import ConfigurationError, Store
 
 from ._control import settled
-from ._runner import Runner
 
 NodeFn = Callable[[Any], Any]
 """A node: a sync or async function of the state returning a dict of updates (or None)."""
@@ -79,7 +78,7 @@ class Chain(Runner):
         entry: str | None = None,
         lease_seconds: float = 30.0,
     ) -> None:
-        self.name = self._named("chain", name)
+        self.name: str = self._named("chain", name)
         self.store = store
         self.state_model = state
         self.lease_seconds = lease_seconds

@@ -74,8 +74,8 @@ class OpenAIChatLLM:
         **params: JsonValue,
     ) -> None:
         self.model = model
-        self.base_url = base_url.rstrip("/")
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self.base_url: str = base_url.rstrip("/")
+        self.api_key: str | None = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.timeout = timeout
         if max_retries < 0 or timeout <= 0:
             raise ConfigurationError(f"max_retries={max_retries} and timeout={timeout} must be 0 or more, and positive.")

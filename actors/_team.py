@@ -20,13 +20,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, Field, JsonValue
-from tether.runtime import Actor, ActorRef, NoState, Start, TetherError
+from tether.runtime import Actor, ActorRef, NoState, Runner, Start, TetherError
 from tether.stores import ConfigurationError, Store
 
 from ._agent import Agent
 from ._loop import Final, Handoff, TurnLoop
 from ._messages import Message, SystemMessage, UserMessage
-from ._runner import Runner
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -69,8 +68,11 @@ class Outcome(BaseModel):
     message: str = ""
 
 
-class _MemberActor(Actor[NoState]):
-    """An agent in a team: each `Task` is one turn loop over its own journal."""
+class _MemberActor(Actor[NoState, Task, Any]):
+    """An agent in a team: each `Task` is one turn loop over its own journal.
+
+    Asked from its durable parent, it replies with the JSON form of its `Outcome`: hence ``Any``.
+    """
 
     messages: ClassVar[tuple[type[BaseModel], ...]] = (Task,)
     agent: Agent
@@ -130,11 +132,11 @@ class Swarm(Runner):
         max_handoffs: int = 10,
         lease_seconds: float = 30.0,
     ) -> None:
-        self.name = self._named("swarm", name)
+        self.name: str = self._named("swarm", name)
         self.store = store
         self.lease_seconds = lease_seconds
         self.max_handoffs = max_handoffs
-        self.agents = _by_name(agents, f"Swarm {name!r}")
+        self.agents: dict[str, Agent] = _by_name(agents, f"Swarm {name!r}")
         if entrypoint not in self.agents:
             raise ConfigurationError(f"Swarm {name!r}: the entrypoint {entrypoint!r} is not one of its agents.")
         self.entrypoint = entrypoint
@@ -146,7 +148,9 @@ class Swarm(Runner):
                         f"Swarm {name!r}: the handoff {src!r} -> {list(peers)} names {node!r}, which is not "
                         f"one of its agents ({', '.join(self.agents)})."
                     )
-        self.members = {n: _member(a, "agent", routes.get(n, ())) for n, a in self.agents.items()}
+        self.members: dict[str, type[_MemberActor]] = {
+            n: _member(a, "agent", routes.get(n, ())) for n, a in self.agents.items()
+        }
         self._actor = type(f"Swarm[{name}]", (_SwarmActor,), {"kind": "swarm", "swarm": self})
 
     def definition(self) -> Any:
@@ -235,11 +239,11 @@ class Supervisor(Runner):
         max_delegations: int = 10,
         lease_seconds: float = 30.0,
     ) -> None:
-        self.name = self._named("supervisor", name)
+        self.name: str = self._named("supervisor", name)
         self.store = store
         self.lease_seconds = lease_seconds
         self.max_delegations = max_delegations
-        self.agent = Agent(name, llm=llm, tools=tools, system_prompt=system_prompt, max_turns=max_turns)
+        self.agent: Agent = Agent(name, llm=llm, tools=tools, system_prompt=system_prompt, max_turns=max_turns)
         self.workers: dict[str, Worker] = {}
         for worker in workers:
             self._named("worker", worker.role)
@@ -247,7 +251,9 @@ class Supervisor(Runner):
                 raise ConfigurationError(f"Supervisor {name!r} has two workers with the role {worker.role!r}; "
                                          f"roles must be unique.")
             self.workers[worker.role] = worker
-        self.members = {role: _member(w.agent, "worker") for role, w in self.workers.items()}
+        self.members: dict[str, type[_MemberActor]] = {
+            role: _member(w.agent, "worker") for role, w in self.workers.items()
+        }
         self._actor = type(f"Supervisor[{name}]", (_SupervisorActor,), {"kind": "supervisor", "supervisor": self})
 
     def definition(self) -> Any:
@@ -281,7 +287,9 @@ async def _record(value: Any) -> Any:
     return value
 
 
-async def _spawn_all(parent: Actor[Any], members: Mapping[str, type[_MemberActor]]) -> dict[str, ActorRef]:
+async def _spawn_all(
+    parent: Actor[Any], members: Mapping[str, type[_MemberActor]]
+) -> dict[str, ActorRef[Task, Any]]:
     """Start every member as a durable child; after a crash, each resumes its own journal."""
     return {name: await parent.context.spawn(member, name, durable=True, restart="temporary")
             for name, member in members.items()}

@@ -58,8 +58,8 @@ class FunctionTool:
             raise ConfigurationError(
                 f"Tool name {self.name!r} is not 1-64 letters, digits, '_' or '-'. Pass name= to FunctionTool."
             )
-        self.arguments = _arguments_model(fn, self.name)
-        self.spec = ToolSpec(
+        self.arguments: type[BaseModel] = _arguments_model(fn, self.name)
+        self.spec: ToolSpec = ToolSpec(
             name=self.name,
             description=description if description is not None else inspect.getdoc(fn) or "",
             parameters=self.arguments.model_json_schema(),

@@ -66,7 +66,7 @@ runners = [latency, throughput, recovery]
 
 def worker(url: str, *, lease: float = 30.0, poll: float = 0.5, notify: bool = True,
            concurrency: int = 8) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "tether.runtime._cli", "--store", url, "worker", "--app", APP,
+    command = [sys.executable, "-m", "tether.runtime.ops", "--store", url, "worker", "--app", APP,
                "--lease-seconds", str(lease), "--poll-interval", str(poll), "--concurrency", str(concurrency)]
     if not notify:
         command.append("--no-notify")
@@ -113,7 +113,7 @@ async def measure_latency(dsn: str, notify: bool, count: int) -> list[float]:
             latency.store = store
             for execution_id in ids:
                 decided = time.time()
-                await latency.submit_resume(execution_id, Resume(approved=True))
+                await latency.decide(execution_id, Resume(approved=True))
                 outputs = await wait_status(url, [execution_id], "completed", timeout=30)
                 samples.append((outputs[execution_id]["ran_at"] - decided) * 1000)
     finally:

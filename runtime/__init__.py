@@ -7,18 +7,50 @@ async with Runtime(store) as rt:
     ref = await rt.spawn(AccountActor, "42", durable=True)
     print(await ref.ask(Deposit(amount=5)))
 ```
+
+Every exception tether raises on purpose is importable from here:
+
+```
+TetherError
+├── StoreError                 (defined by tether.stores, which raises them)
+│   ├── StoreUnavailable       the database cannot be reached or used; __cause__ is the driver error
+│   ├── StoreNotFound          no tether store where one was expected (nothing was created)
+│   ├── StoreCorrupted         the file or schema is not a tether store, or is damaged
+│   ├── SchemaVersionError     the database's schema is not the one this tether writes
+│   ├── ExecutionNotFound      no execution with that id
+│   ├── ExecutionFinished      the execution is completed, failed or cancelled
+│   ├── LeaseHeld              another live process holds the execution's lease
+│   ├── StaleLease             a write fenced out: the lease was taken over
+│   ├── AlreadyResumed         the pending interrupt was claimed by someone else
+│   ├── NoPendingInterrupt     nothing is pending at that path
+│   └── DuplicateInterrupt     a pending interrupt already exists at that path
+├── ActorError (.path)         (defined by the kernel, which raises them)
+│   ├── ActorStopped           the actor was stopped on purpose; it takes no more messages
+│   ├── ActorCrashed           the actor's handler raised; __cause__ is the original error
+│   └── SupervisionEscalated   children kept crashing past the restart intensity
+├── SerializationError (also ValueError)   a value is not JSON
+├── ConfigurationError (also ValueError)   a bad URL, option, argument or definition
+└── UsageError (also RuntimeError)         the API was used out of order
+```
+
+Apart from the tree, `Suspension` (a BaseException, so that ``except Exception``
+in a tool cannot swallow it) is how ``interrupt()`` and durable timers pause an
+actor tree; a runtime never lets one reach its caller.
 """
 
 from tether.stores import (
     AlreadyResumed as AlreadyResumed,
     ConfigurationError as ConfigurationError,
+    DuplicateInterrupt as DuplicateInterrupt,
     ExecutionFinished as ExecutionFinished,
     ExecutionNotFound as ExecutionNotFound,
     LeaseHeld as LeaseHeld,
     NoPendingInterrupt as NoPendingInterrupt,
     PendingInterrupt as PendingInterrupt,
+    SchemaVersionError as SchemaVersionError,
     SerializationError as SerializationError,
     StaleLease as StaleLease,
+    StoreCorrupted as StoreCorrupted,
     StoreError as StoreError,
     StoreNotFound as StoreNotFound,
     StoreUnavailable as StoreUnavailable,
@@ -26,42 +58,44 @@ from tether.stores import (
     UsageError as UsageError,
 )
 
-from ._actor import Actor as Actor, ActorContext as ActorContext, NoState as NoState
-from ._errors import (
+from ._core.actor import Actor as Actor, ActorContext as ActorContext, NoState as NoState
+from ._core.errors import (
     ActorCrashed as ActorCrashed,
     ActorError as ActorError,
-    ActorNotFound as ActorNotFound,
     ActorStopped as ActorStopped,
     SupervisionEscalated as SupervisionEscalated,
 )
-from ._execution import RunResult as RunResult, Start as Start
-from ._idempotent import idempotency_key as idempotency_key, idempotent as idempotent
-from ._interrupt import (
+from ._core.execution import RunResult as RunResult, Start as Start
+from ._core.idempotent import idempotency_key as idempotency_key, idempotent as idempotent
+from ._core.interrupt import (
     Resume as Resume,
     Suspension as Suspension,
     call_scope as call_scope,
     interrupt as interrupt,
 )
-from ._ref import ActorRef as ActorRef
-from ._runtime import Runtime as Runtime
-from ._supervision_types import RestartPolicy as RestartPolicy, SupervisionStrategy as SupervisionStrategy
-from ._timers import sleep as sleep, sleep_until as sleep_until
-from ._version import __version__ as __version__
-from ._worker import ExecutionWorker as ExecutionWorker, serve_executions as serve_executions
+from ._core.policies import RestartPolicy as RestartPolicy, SupervisionStrategy as SupervisionStrategy
+from ._core.ref import ActorRef as ActorRef
+from ._core.timers import sleep as sleep, sleep_until as sleep_until
+from ._core.version import __version__ as __version__
+from ._executions.runner import Runner as Runner
+from ._executions.runtime import Runtime as Runtime
+from ._executions.service import Executions as Executions
+from ._executions.worker import ExecutionWorker as ExecutionWorker, serve_executions as serve_executions
 
 __all__ = (
     "Actor",
     "ActorContext",
     "ActorCrashed",
     "ActorError",
-    "ActorNotFound",
     "ActorRef",
     "ActorStopped",
     "AlreadyResumed",
     "ConfigurationError",
+    "DuplicateInterrupt",
     "ExecutionFinished",
     "ExecutionNotFound",
     "ExecutionWorker",
+    "Executions",
     "LeaseHeld",
     "NoPendingInterrupt",
     "NoState",
@@ -69,10 +103,13 @@ __all__ = (
     "RestartPolicy",
     "Resume",
     "RunResult",
+    "Runner",
     "Runtime",
+    "SchemaVersionError",
     "SerializationError",
     "StaleLease",
     "Start",
+    "StoreCorrupted",
     "StoreError",
     "StoreNotFound",
     "StoreUnavailable",
@@ -90,3 +127,11 @@ __all__ = (
     "sleep",
     "sleep_until",
 )
+
+# Public names say where users import them from (in reprs, in docs, and in the decision
+# types a journal names), not which private module of this release defines them.
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith(__name__ + "._"):
+        _obj.__module__ = __name__
+del _name, _obj

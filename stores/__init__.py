@@ -43,7 +43,7 @@ from ._models import (
     StartResult as StartResult,
 )
 from ._postgres import PostgresStore as PostgresStore
-from ._protocol import SCHEMA_VERSION as SCHEMA_VERSION, Store as Store
+from ._protocol import SCHEMA_VERSION as SCHEMA_VERSION, Listener as Listener, Store as Store
 from ._sqlite import SQLiteStore as SQLiteStore
 from ._url import open_store as open_store
 
@@ -62,6 +62,7 @@ __all__ = (
     "Json",
     "Lease",
     "LeaseHeld",
+    "Listener",
     "MemoryStore",
     "NewEntry",
     "NewExecution",

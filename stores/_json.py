@@ -19,22 +19,43 @@ if TYPE_CHECKING:
 # ensure_ascii keeps lone surrogates and other odd code points as escapes, so the
 # text is valid UTF-8 for SQLite and valid input for Postgres's json type.
 _encoder = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
-# The same encoder, built once: JSONEncoder.encode builds its C encoder again on
-# every call, half the cost of encoding a journal entry. Without a circularity
-# check, a value that contains itself ends in RecursionError, refused below.
-_make_c_encoder = getattr(json.encoder, "c_make_encoder", None)  # CPython's _json accelerator
-_c_encode: Callable[[Any, int], Iterable[str]] | None = (
-    _make_c_encoder(None, _encoder.default, json.encoder.encode_basestring_ascii, None, ":", ",",
-                    False, False, False)
-    if _make_c_encoder is not None else None
-)
-
-
 _NOT_JSON = (TypeError, ValueError, RecursionError)
+# Every kind of value, and text that must be escaped, with the text it must become.
+_PROBE = ({"a": [1, -2.5, True, None, "\u00e9\ud800"], "": {}}, '{"a":[1,-2.5,true,null,"\\u00e9\\ud800"],"":{}}')
+
+
+def _c_encoder() -> Callable[[Any, int], Iterable[str]] | None:
+    """`_encoder`'s C encoder, built once; None where CPython's private accelerator is missing or differs.
+
+    The one use of CPython internals here (tests/stores/test_json_contract.py checks
+    it): `JSONEncoder.encode` builds its C encoder again on every call, half the
+    cost of encoding a journal entry. ``json.encoder.c_make_encoder(markers,
+    default, encoder, indent, key_separator, item_separator, sort_keys, skipkeys,
+    allow_nan)`` returns a callable ``(value, indent_level)`` that yields the JSON
+    text in pieces, raising TypeError (not JSON) or ValueError (NaN) as
+    `JSONEncoder.encode` does. With ``markers=None`` there is no circularity check:
+    a value that contains itself ends in RecursionError, which `dumps` refuses too.
+    Before it is used, it must encode a probe as expected.
+    """
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    try:
+        encode: Callable[[Any, int], Iterable[str]] = make(
+            None, _encoder.default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False
+        )
+        if "".join(encode(_PROBE[0], 0)) != _PROBE[1]:
+            return None
+    except Exception:  # noqa: BLE001 - another signature: the pure-Python encoder does the work
+        return None
+    return encode
+
+
+_c_encode = _c_encoder()
 
 
 def _encode(value: Any) -> str:
-    if _c_encode is None:  # a Python without json's C accelerator
+    if _c_encode is None:  # no C accelerator: JSONEncoder's own way (with a circularity check)
         return _encoder.encode(value)
     return "".join(_c_encode(value, 0))
 

@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING
 import anyio.lowlevel
 
 from . import _json
+from ._claims import failed_claim, sole_pending
 from ._errors import (
-    AlreadyResumed,
     DuplicateInterrupt,
     ExecutionFinished,
     ExecutionNotFound,
     LeaseHeld,
-    NoPendingInterrupt,
     StaleLease,
     StoreError,
     UsageError,
@@ -176,6 +175,11 @@ class MemoryStore(Store):
         run = self._runs.get(execution_id)
         return None if run is None else _copied(run.execution)
 
+    async def load_execution(self, execution_id: str) -> tuple[Execution, list[JournalEntry]] | None:
+        await self._enter()
+        run = self._runs.get(execution_id)  # both read with no await between: one snapshot
+        return None if run is None else (_copied(run.execution), self._entries(run, execution_id, 0, None))
+
     async def list_executions(
         self,
         *,
@@ -268,8 +272,10 @@ class MemoryStore(Store):
         check_limit(limit)
         await self._enter()
         run = self._runs.get(execution_id)
-        if run is None:
-            return []
+        return [] if run is None else self._entries(run, execution_id, after_seq, limit)
+
+    @staticmethod
+    def _entries(run: _Run, execution_id: str, after_seq: int, limit: int | None) -> list[JournalEntry]:
         rows = [r for r in run.journal if r[0] > after_seq]
         if limit is not None:
             rows = rows[:limit]
@@ -308,12 +314,7 @@ class MemoryStore(Store):
         _json.dumps(value, what="the resume value")
         await self._enter()
         run = self._get(execution_id)
-        target = path
-        if target is None:
-            paths = sorted(run.pending)
-            if len(paths) > 1:
-                raise NoPendingInterrupt(execution_id, None, paths)
-            target = paths[0] if paths else None
+        target = path if path is not None else sole_pending(execution_id, sorted(run.pending))
         row = run.pending.get(target) if target is not None else None
         if row is None or (seq is not None and row[2] != seq):
             raise self._explain_failed_claim(run, execution_id, target)
@@ -337,13 +338,8 @@ class MemoryStore(Store):
     @staticmethod
     def _explain_failed_claim(run: _Run, execution_id: str, path: str | None) -> StoreError:
         resumed = [r[1] for r in run.journal if r[3] == "resumed" and (path is None or r[1] == path)]
-        # A decision already journaled answers a second click, even once the run has finished;
-        # but a cancelled execution is said to be cancelled, whatever was decided before.
-        if run.execution.status != "cancelled" and ((path is not None and path in run.pending) or resumed):
-            return AlreadyResumed(execution_id, path if path is not None else resumed[-1])
-        if run.execution.finished:
-            return ExecutionFinished(execution_id, run.execution.status)
-        return NoPendingInterrupt(execution_id, path, sorted(run.pending))
+        return failed_claim(execution_id, path, status=run.execution.status, pending=sorted(run.pending),
+                            last_resumed=resumed[-1] if resumed else None)
 
     @staticmethod
     def _pending_row(execution_id: str, path: str, row: _Pending) -> PendingInterrupt:

@@ -7,7 +7,7 @@ that is not JSON is refused (`SerializationError`) before anything is written.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, SkipValidation
 
@@ -61,7 +61,7 @@ EntryKind = Literal["entry", "snapshot", "suspended", "resumed"]
 
 
 class _Row(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid")
 
 
 class NewExecution(_Row):

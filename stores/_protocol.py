@@ -7,11 +7,13 @@ cancelled before its commit raises the cancellation and changed nothing.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Protocol, Self
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+    from contextlib import AbstractContextManager
     from datetime import datetime
     from types import TracebackType
 
@@ -34,6 +36,17 @@ from ._errors import ConfigurationError
 
 SCHEMA_VERSION = 5
 """The schema version this release writes; `setup()` migrates older databases to it."""
+
+
+class Listener(Protocol):
+    """Notifications of runnable work, from `Store.listen`, until closed."""
+
+    @property
+    def closed(self) -> bool:
+        """True once notifications stopped by themselves (a dropped connection): listen again."""
+
+    async def aclose(self) -> None:
+        """Stop listening. Close a listener before the store it came from."""
 
 
 class Store(ABC):
@@ -117,6 +130,18 @@ class Store(ABC):
     @abstractmethod
     async def get_execution(self, execution_id: str) -> Execution | None:
         """Return the execution, or None if there is none with that id."""
+
+    async def load_execution(self, execution_id: str) -> tuple[Execution, list[JournalEntry]] | None:
+        """The execution and its whole journal, read together: what a resume needs first.
+
+        One read transaction, so the journal is the row's: nothing committed
+        between the two is seen by one and not the other. None if there is no
+        such execution.
+        """
+        execution = await self.get_execution(execution_id)
+        if execution is None:
+            return None
+        return execution, await self.read_journal(execution_id)
 
     @abstractmethod
     async def list_executions(
@@ -313,6 +338,44 @@ class Store(ABC):
             What is wrong, one line per problem; empty when the store is sound.
         """
         return []
+
+    # -- workers -------------------------------------------------------------
+
+    async def listen(self, on_work: Callable[[], object]) -> Listener | None:
+        """Call ``on_work`` whenever an execution may have become runnable, until the listener is closed.
+
+        Runnable means what `take_work` hands out: a decision was claimed, a timer
+        is due, a detached start, in whatever process or machine wrote it. A worker
+        listens so that it wakes at once, and keeps a slow poll behind it.
+        ``on_work`` runs on the caller's event loop and must not block. A store
+        that cannot notify returns None (the default; SQLite, memory): its
+        workers only poll. A listener whose ``closed`` turns true has stopped
+        notifying: listen again.
+
+        Raises:
+            StoreUnavailable: Notifications cannot be set up now; poll, and try again later.
+        """
+        return None
+
+    def worker_slot(self) -> AbstractContextManager[None]:
+        """Hold this process's place among the store's workers, for a ``with`` block.
+
+        A store that supports one worker process at a time (SQLite, per file)
+        refuses a second one at once, in whatever process it asks; the slot is
+        given back when the block exits or the process dies. Others (the default:
+        Postgres, memory) admit any number and hold nothing. A worker takes its
+        slot before it takes work, and holds it while it runs.
+
+        Example:
+            ```python
+            with store.worker_slot():  # raises at once if another worker has the file
+                await worker.serve()
+            ```
+
+        Raises:
+            ConfigurationError: Another worker process holds the only slot.
+        """
+        return contextlib.nullcontext()
 
 
 def check_limit(limit: int | None) -> None:

@@ -43,6 +43,6 @@ URLs percent-encoded whole (``urllib.parse.quote(id, safe="")``).
 
 from __future__ import annotations
 
-from tether.runtime._http import create_app as create_app
+from ._http import create_app as create_app
 
 __all__ = ("create_app",)

@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import trio
+from tether.runtime._core import hooks
+from tether.runtime.ops._operator import load_app
 from tether.stores import ConfigurationError, open_store
 
-from .. import _faults
-from .._operator import load_app
-
 if TYPE_CHECKING:
-    from .._execution import RunResult
-    from .._operator import Resumable
+    from tether.runtime._core.execution import RunResult
+    from tether.runtime._executions.runner import Runner
 
 
 @dataclass(frozen=True)
@@ -94,7 +93,7 @@ async def crash_in_child(
     async with open_store(store_url) as opened:
         execution = await opened.get_execution(execution_id)
     if execution is not None and execution.lease_owner is not None:
-        _faults.heirs[execution_id] = execution.lease_owner
+        hooks.installed().heirs[execution_id] = execution.lease_owner
     return crash
 
 
@@ -104,9 +103,7 @@ async def _child(app: str, store_url: str, execution_id: str, input: Any, decisi
         runner.store = store
         if decision is not None:
             return await runner.resume(execution_id, decision)
-        run: Any = runner.run  # type: ignore[attr-defined]
-        result: RunResult = await run(input, execution_id=execution_id)
-        return result
+        return await runner.run(input, execution_id=execution_id)
 
 
 def _current_backend() -> str:
@@ -117,7 +114,7 @@ def _current_backend() -> str:
     return "trio"
 
 
-def _one_runner(app: str) -> list[Resumable]:
+def _one_runner(app: str) -> list[Runner]:
     runners = load_app(app)
     if len(runners) != 1:
         raise ConfigurationError(f"{app!r} names {len(runners)} runners; crash_in_child needs exactly one.")

@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from tether.runtime._core import hooks
 from tether.stores import Lease, StartResult
-
-from .. import _faults
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -66,7 +65,7 @@ class CrashPoint:
     def _check_alive(self, call: str, args: tuple[Any, ...]) -> None:
         if self.happened:
             if call == "put_idempotent":
-                _faults.cut(args[1])  # a body ran concurrently with the death: its record is lost
+                hooks.installed().cut(args[1])  # a body ran concurrently with the death: its record is lost
             raise Crashed(f"the process died at {self.at!r}; nothing more reaches the store")
 
     def _saw(self, value: Any) -> None:
@@ -84,14 +83,14 @@ class CrashPoint:
         if isinstance(self.at, int):
             hit = self.writes == self.at
         else:
-            hit = any(_faults.names(self.at, e.path, e.label) for e in entries)
+            hit = any(hooks.names(self.at, e.path, e.label) for e in entries)
         if hit:
             self.happened = True
             self.died.set()
             # As after a SIGKILL, the dead run keeps its leases; what the test does next
             # takes them over at once, as it would once they expired.
             for lease in self._leases.values():
-                _faults.heirs[lease.execution_id] = lease.owner
+                hooks.installed().heirs[lease.execution_id] = lease.owner
             raise Crashed(f"the process died just after the journal write of {self.boundaries[-1]!r}")
 
     def _released(self, lease: Lease) -> None:
@@ -179,17 +178,17 @@ class crash_at:  # lower case: used like a function, as anyio.move_on_after is
                 f"crash_at({at!r}): give a boundary's label (e.g. 'node:charge') or the number of a "
                 f"journal write, counting from 1."
             )
-        self.point = CrashPoint(at)
-        self._token: Any = None
+        self.point: CrashPoint = CrashPoint(at)
+        self._previous = hooks.installed()
 
     async def __aenter__(self) -> CrashPoint:
-        self._token = _faults.store_wrapper.set(self.point._wrap)
+        self._previous = hooks.install(hooks.installed().replace(wrap_store=self.point._wrap))
         return self.point
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
-        _faults.store_wrapper.reset(self._token)
+        hooks.install(self._previous)
         point = self.point
         if not point.happened:
             if exc is not None:

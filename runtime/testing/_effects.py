@@ -6,7 +6,7 @@ import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Self
 
-from .. import _faults
+from tether.runtime._core import hooks
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,6 +38,7 @@ class Effects:
         """Keys whose body ran but whose record a simulated crash refused: the
         side effect happened unrecorded, so recovery ran it again."""
         self._lock = threading.Lock()  # sync bodies run in worker threads
+        self._previous = hooks.installed()
 
     def _observe(self, event: str, function: str, key: str) -> None:
         with self._lock:
@@ -47,13 +48,14 @@ class Effects:
                 self.cut.add(key)
 
     def __enter__(self) -> Self:
-        _faults.effect_observers.append(self._observe)
+        current = hooks.installed()
+        self._previous = hooks.install(current.replace(observers=(*current.observers, self._observe)))
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        _faults.effect_observers.remove(self._observe)
+        hooks.install(self._previous)
 
     def count(self, fn: Callable[..., Any]) -> dict[str, int]:
         """How often ``fn``'s body ran, by idempotency key."""

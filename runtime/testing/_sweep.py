@@ -5,18 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from tether.runtime._core import hooks
 from tether.stores import ConfigurationError
 
-from .. import _faults
 from ._crash import CrashPoint, crash_at
 from ._effects import Effects
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from tether.runtime._core.execution import RunResult
     from tether.stores import PendingInterrupt
-
-    from .._execution import RunResult
 
 
 class Runnable(Protocol):
@@ -112,11 +111,8 @@ async def crash_sweep(
     """
     with Effects() as effects:
         counter = CrashPoint(0)  # never fires: it counts the reference run's writes
-        token = _faults.store_wrapper.set(counter._wrap)
-        try:
+        with hooks.installing(wrap_store=counter._wrap):
             reference = await _to_the_end(runner, f"{prefix}-ref", input, decide)
-        finally:
-            _faults.store_wrapper.reset(token)
         report = SweepReport(reference, counter.boundaries, effects=effects)
         for write in range(1, counter.writes + 1):
             execution_id = f"{prefix}-{write}"

@@ -5,18 +5,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Self
 
+from tether.runtime._core import hooks
+from tether.runtime._executions.worker import decide_overdue
 from tether.stores import ConfigurationError
-
-from .. import _clock
-from .._worker import decide_overdue
 
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from tether.runtime._core.execution import RunResult
+    from tether.runtime._executions.runner import Runner
     from tether.stores import Execution, Store
-
-    from .._execution import RunResult
-    from .._operator import Resumable
 
 
 class Clock:
@@ -41,7 +39,7 @@ class Clock:
         if start is not None and start.tzinfo is None:
             raise ValueError(f"Clock(start={start!r}) needs an aware datetime, e.g. datetime.now(UTC).")
         self._now = start or datetime.now(UTC)
-        self._previous: list[object] = []
+        self._previous: list[hooks.Hooks] = []
 
     def now(self) -> datetime:
         """The time it shows."""
@@ -57,16 +55,16 @@ class Clock:
         return self._now
 
     def __enter__(self) -> Self:
-        self._previous.append(_clock.install(self.now))
+        self._previous.append(hooks.install(hooks.installed().replace(clock=self.now)))
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        _clock.install(self._previous.pop())  # type: ignore[arg-type]
+        hooks.install(self._previous.pop())
 
 
-async def run_due(*runners: Resumable) -> list[RunResult]:
+async def run_due(*runners: Runner) -> list[RunResult]:
     """Carry out, here and now, what a worker would at this moment of the clock.
 
     Decides every approval whose deadline has passed with its default (as
@@ -87,7 +85,7 @@ async def run_due(*runners: Resumable) -> list[RunResult]:
         raise ConfigurationError("run_due() runners must share one store (set runner.store to it).")
     by_root = {r.root_path: r for r in runners}
     decided = set(await decide_overdue(store, list(by_root)))
-    now = _clock.now()
+    now = hooks.installed().now()
     results: list[RunResult] = []
     for execution in await _paused(store):
         due = execution.wake_at is not None and execution.wake_at <= now

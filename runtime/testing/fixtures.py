@@ -21,9 +21,9 @@ import uuid
 from typing import TYPE_CHECKING
 
 import pytest
+from tether.runtime._core import hooks
 from tether.stores import MemoryStore, PostgresStore, SQLiteStore
 
-from .. import _faults
 from ._effects import Effects
 from ._time import Clock
 
@@ -112,4 +112,4 @@ def tether_effects() -> Iterator[Effects]:
 def _tether_forget_dead_runs() -> Iterator[None]:
     # A crash a test left unrecovered must not hand its lease to a later test's run.
     yield
-    _faults.heirs.clear()
+    hooks.installed().heirs.clear()

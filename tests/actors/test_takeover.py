@@ -14,7 +14,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from tether.runtime._owners import _stat, process_owner
+from tether.runtime._core.owners import _stat, process_owner
 
 from ._crash import Scenario, make_scenario
 
@@ -181,7 +181,7 @@ def test_a_decision_recorded_past_a_dead_holder_leaves_the_run_decided(
         from tether.runtime import Resume, Runtime
 
         async with scenario.store() as store, Runtime(store) as rt:
-            await rt.claim("approval", Resume(approved=True), by="cli:alice")
+            await rt.decide("approval", Resume(approved=True), by="cli:alice")
             execution = await store.get_execution("approval")
             assert execution is not None
             return execution.status, execution.lease_owner

@@ -18,7 +18,7 @@ async def main(url: str, ids: list[str]) -> None:
     async with open_store(url) as store:
         approvals.store = store
         for execution_id in ids:
-            await approvals.submit_resume(execution_id, Resume(approved=True))
+            await approvals.decide(execution_id, Resume(approved=True))
 
 
 if __name__ == "__main__":

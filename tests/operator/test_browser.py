@@ -59,7 +59,7 @@ def serving(url: str, backend: str, *options: str) -> Iterator[Served]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = [sys.executable, "-m", "tether.runtime._cli", "--store", url, "--backend", backend,
+    command = [sys.executable, "-m", "tether.runtime.ops", "--store", url, "--backend", backend,
                "serve", *options, "--port", str(port)]
     env = {k: v for k, v in os.environ.items() if k != "TETHER_TOKEN"}
     log: list[str] = []
@@ -152,7 +152,7 @@ def test_two_approve_clicks_at_once(server: str, url: str) -> None:
 
 def test_serve_refuses_to_listen_off_loopback_without_a_token(url: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TETHER_TOKEN"}
-    done = subprocess.run([sys.executable, "-m", "tether.runtime._cli", "--store", url, "serve",
+    done = subprocess.run([sys.executable, "-m", "tether.runtime.ops", "--store", url, "serve",
                            "--host", "0.0.0.0", "--port", "1"],
                           capture_output=True, text=True, timeout=60, env=env, check=False)
     assert done.returncode == 1

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import anyio
 import pytest
-from tether.runtime._cli import main
+from tether.runtime.ops._cli import main
 from tether.stores import open_store
 
 from .conftest import start_paused

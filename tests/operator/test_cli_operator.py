@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import asyncpg
 import pytest
-from tether.runtime._cli import main
+from tether.runtime.ops._cli import main
 from tether.stores import SCHEMA_VERSION, NewExecution, open_store
 from tether.stores._migrations import SQLITE_MIGRATIONS
 

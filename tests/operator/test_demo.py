@@ -14,7 +14,7 @@ import pytest
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_the_demo_tells_the_whole_story(url: str, backend: str, tmp_path: Path) -> None:
     def tether(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "tether.runtime._cli", "--store", url, "--backend", backend,
+        return subprocess.run([sys.executable, "-m", "tether.runtime.ops", "--store", url, "--backend", backend,
                                *args], capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
 
     demo = tether("demo")

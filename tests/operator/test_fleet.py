@@ -53,7 +53,7 @@ class Fleet:
 
     def start_worker(self, concurrency: int = 4) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tether.runtime._cli", "--store", self.url, "--backend", self.backend,
+            [sys.executable, "-m", "tether.runtime.ops", "--store", self.url, "--backend", self.backend,
              "worker", "--app", APP, "--lease-seconds", "1", "--poll-interval", "0.2",
              "--concurrency", str(concurrency), "--grace", "10"],
             env=self.env, cwd=ROOT, stderr=subprocess.DEVNULL, text=True,

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-from tether.runtime._http import create_app
-from tether.runtime._operator import parse_assignments
+from tether.runtime.ops._http import create_app
+from tether.runtime.ops._operator import parse_assignments
 from tether.stores import ConfigurationError, MemoryStore
 
 from ._flows import refund

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from tether.runtime._http import create_app
+from tether.runtime.ops._http import create_app
 from tether.stores import Store
 
 from ._flows import changed, refund

@@ -19,7 +19,7 @@ import anyio
 import httpx
 import pytest
 from starlette.applications import Starlette
-from tether.runtime._http import LOGIN_COOKIE, SID_COOKIE, create_app
+from tether.runtime.ops._http import LOGIN_COOKIE, SID_COOKIE, create_app
 from tether.stores import ConfigurationError, Store
 
 from ._flows import refund

@@ -10,8 +10,8 @@ from urllib.parse import parse_qs, quote, urlsplit
 import anyio
 import httpx
 import pytest
-import tether.runtime._http
 import tether.runtime.ops
+import tether.runtime.ops._http
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from tether.runtime.ops import create_app
@@ -23,7 +23,7 @@ from .test_http import paused
 
 def test_the_public_module_exports_create_app() -> None:
     assert tether.runtime.ops.__all__ == ("create_app",)
-    assert tether.runtime.ops.create_app is tether.runtime._http.create_app
+    assert tether.runtime.ops.create_app is tether.runtime.ops._http.create_app
     assert "Mount(" in (tether.runtime.ops.__doc__ or "")
 
 

@@ -81,9 +81,9 @@ async def test_a_decision_recorded_anywhere_is_carried_out_by_a_worker(store: St
     chain = Chain("approval", [counted("validate"), approve, counted("charge")], store=store)
     paused = await chain.run({}, execution_id="d-2")
     assert paused.status == "paused"
-    await chain.submit_resume("d-2", Resume(approved=True))  # records only
+    await chain.decide("d-2", Resume(approved=True))  # records only
     with pytest.raises(AlreadyResumed):
-        await chain.submit_resume("d-2", Resume(approved=False))
+        await chain.decide("d-2", Resume(approved=False))
     assert RUNS == {"validate": 1, "approve": 1}
     done, on_result = finisher("d-2")
     async with ExecutionWorker(store, [chain], poll_interval=0.05, on_result=on_result) as worker:
@@ -109,7 +109,7 @@ async def test_an_approval_deadline_is_decided_by_a_worker(store: Store) -> None
     [decision] = [e for e in await store.read_journal("d-3") if e.kind == "resumed"]
     assert decision.payload["by"] == "deadline"  # type: ignore[index, call-overload]
     with pytest.raises(AlreadyResumed):  # a person arriving late is told, as after any decision
-        await chain.submit_resume("d-3", Resume(approved=True))
+        await chain.decide("d-3", Resume(approved=True))
 
 
 async def test_a_durable_sleep_parks_the_run_until_it_is_due(store: Store) -> None:

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from hypothesis import given, settings, strategies as st
-from tether.runtime._delta import apply, diff, restore, snapshot
+from tether.runtime._core.delta import apply, diff, restore, snapshot
 
 scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=5)
 values = scalars | st.lists(scalars, max_size=4) | st.dictionaries(st.text(max_size=3), scalars, max_size=3)

@@ -20,7 +20,7 @@ import pytest
 from pydantic import BaseModel
 from tether.runtime import Actor, ActorRef, Runtime
 from tether.stores import NewEntry, NewExecution, SQLiteStore
-from tether.stores._sqlite_worker import GroupCommit
+from tether.stores._sqlite.writes import WritePolicy
 
 
 class Ping(BaseModel):
@@ -112,7 +112,7 @@ async def test_a_write_held_up_by_another_process_waits_off_the_loop(
     """Another connection holds the write lock: the write goes to the thread and waits there."""
     # The test's own tasks make the writer's turn long (starting a worker thread), which
     # would send it to the thread without an inline try: here the loop counts as idle.
-    monkeypatch.setattr(GroupCommit, "BUSY_LOOP", math.inf)
+    monkeypatch.setattr(WritePolicy, "BUSY_LOOP", math.inf)
     path = tmp_path / "busy.db"
     loop_thread = threading.get_ident()
     waiting_on_thread = threading.Event()
@@ -169,7 +169,7 @@ async def test_the_wal_stays_bounded(tmp_path: Path, synchronous: str, monkeypat
     """Checkpoints keep the WAL file from growing with the number of writes."""
     # At NORMAL, the WAL is made to start over once it holds RESTART_FRAMES: a round's
     # worth here, so that ten rounds cross it several times.
-    monkeypatch.setattr(GroupCommit, "RESTART_FRAMES", 450)
+    monkeypatch.setattr(WritePolicy, "RESTART_FRAMES", 450)
     path = tmp_path / "wal.db"
     async with SQLiteStore(path, synchronous=synchronous) as store:  # type: ignore[arg-type]
         started = await store.start_execution(
@@ -219,7 +219,7 @@ async def test_writes_batched_on_the_thread_checkpoint_there_too(tmp_path: Path)
 async def test_a_big_batch_wakes_its_writers_a_few_per_loop_turn() -> None:
     """So that timers and I/O get a turn between them (the loop lag stays low under load)."""
     from tether.stores._bridge import threadsafe_scheduler
-    from tether.stores._sqlite_worker import WAKE_PER_TURN, _wake_in_turns
+    from tether.stores._sqlite.writes import WAKE_PER_TURN, _wake_in_turns
 
     events = [anyio.Event() for _ in range(3 * WAKE_PER_TURN + 1)]
     _wake_in_turns(threadsafe_scheduler(), events)
@@ -235,9 +235,9 @@ async def test_a_failing_checkpoint_does_not_stop_the_writes(
     """A checkpoint that raises only leaves its work to the next one: every later write commits."""
     # Every write takes a turn, every turn counts as long: all writes go to the thread's
     # batches, which run the checkpoint themselves once it is due.
-    monkeypatch.setattr(GroupCommit, "SLICE", 0.0)
-    monkeypatch.setattr(GroupCommit, "BUSY_LOOP", -1.0)
-    monkeypatch.setattr(GroupCommit, "CHECKPOINT_EVERY", 3)
+    monkeypatch.setattr(WritePolicy, "SLICE", 0.0)
+    monkeypatch.setattr(WritePolicy, "BUSY_LOOP", -1.0)
+    monkeypatch.setattr(WritePolicy, "CHECKPOINT_EVERY", 3)
     async with SQLiteStore(tmp_path / "failing.db", synchronous="NORMAL") as store:
         started = await store.start_execution(
             NewExecution(execution_id="ex", runner="r", root_path="agent:a"), owner="me", lease_seconds=600

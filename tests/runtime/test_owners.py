@@ -13,10 +13,10 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from tether.runtime import _owners
-from tether.runtime._owners import _stat, identity, is_dead, process_owner
+from tether.runtime._core import owners as _owners
+from tether.runtime._core.owners import _stat, identity, is_dead, process_owner
 
-PRINT_OWNER = "from tether.runtime._owners import process_owner; print(process_owner(), flush=True)"
+PRINT_OWNER = "from tether.runtime._core.owners import process_owner; print(process_owner(), flush=True)"
 
 
 def facts(owner: str) -> tuple[str, int, str, str, int]:
@@ -107,7 +107,7 @@ def test_a_process_in_another_pid_namespace_is_never_judged() -> None:
     """A container's pid 1 is not our pid 1: neither side may call the other dead."""
     outside = process_owner()
     inside = subprocess.run([*UNSHARE, sys.executable, "-c",
-                             PRINT_OWNER + f"; from tether.runtime._owners import is_dead; print(is_dead({outside!r}))"],
+                             PRINT_OWNER + f"; from tether.runtime._core.owners import is_dead; print(is_dead({outside!r}))"],
                             capture_output=True, text=True, timeout=60, check=False)
     assert inside.returncode == 0, inside.stderr
     owner, verdict = inside.stdout.split()

@@ -125,6 +125,20 @@ async def test_append_numbers_entries_in_order(store: Store) -> None:
     assert [e.seq for e in await store.read_journal(lease.execution_id, limit=2)] == [1, 2]
 
 
+async def test_load_execution_reads_the_row_and_its_whole_journal(store: Store) -> None:
+    assert await store.load_execution("nobody") is None
+    lease = await started(store)
+    empty = await store.load_execution(lease.execution_id)
+    assert empty is not None and empty[1] == []
+    await store.append(lease, [entry("node:a", {"x": 1}), entry("node:b", None)])
+    loaded = await store.load_execution(lease.execution_id)
+    assert loaded is not None
+    execution, journal = loaded
+    assert execution == await store.get_execution(lease.execution_id)
+    assert journal == await store.read_journal(lease.execution_id)
+    assert [(e.seq, e.label, e.payload) for e in journal] == [(1, "node:a", {"x": 1}), (2, "node:b", None)]
+
+
 async def test_an_entry_appended_by_another_connection_is_numbered_in(
     db_store: Store, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

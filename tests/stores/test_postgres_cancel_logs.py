@@ -4,7 +4,7 @@ asyncpg's connect, cancelled just as its socket connects, leaves the future
 that was to hold the answer to its SSLRequest with ``ConnectionError('unexpected
 connection_lost() call')`` and nobody awaiting it; asyncio logs "Future exception
 was never retrieved" when that future is collected. The pool (and the LISTEN
-connection) therefore never cancel a connect: see stores/_pgpool.py.
+connection) therefore never cancel a connect: see stores/_postgres/pool.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import anyio.abc
 import anyio.lowlevel
 import pytest
 from tether.stores import NewEntry, NewExecution, PostgresStore, StoreError, StoreUnavailable
-from tether.stores._pgpool import ConnectionPool
+from tether.stores._postgres.pool import ConnectionPool
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 from tether.stores import NewEntry, NewExecution, PostgresStore, StoreUnavailable
-from tether.stores._pgpool import ConnectionPool
+from tether.stores._postgres.pool import ConnectionPool
 
 from tests._postgres import admin_sql, backends_waiting_on_locks, holding_lock
 

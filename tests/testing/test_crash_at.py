@@ -127,6 +127,6 @@ async def test_a_decision_recorded_after_a_crash_leaves_the_dead_lease_to_the_re
     chain = build("approval", tether_store)
     async with crash_at("suspended"):
         await chain.run({}, execution_id="a-3")
-    await chain.submit_resume("a-3", Resume(approved=True))  # a decision only, as the HTTP API records it
+    await chain.decide("a-3", Resume(approved=True))  # a decision only, as the HTTP API records it
     result = await chain.resume("a-3")  # carries it out at once, over the dead run's lease
     assert result.status == "completed" and result.output["approved"] is True

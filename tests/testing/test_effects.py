@@ -49,11 +49,11 @@ async def test_it_says_when_a_function_never_ran_or_ran_for_other_calls(tether_s
 
 
 def test_it_only_counts_while_open() -> None:
-    from tether.runtime import _faults
+    from tether.runtime._core import hooks
 
     with Effects() as effects:
-        assert effects._observe in _faults.effect_observers
-    assert effects._observe not in _faults.effect_observers
+        assert effects._observe in hooks.installed().observers
+    assert effects._observe not in hooks.installed().observers
 
 
 def side_by_side(name: str, store: Store, start: Any, slow: Any, quick: Any) -> Chain:

@@ -71,15 +71,15 @@ async def test_run_due_leaves_other_runners_executions_alone(tether_store: Store
 
 
 def test_a_clock_starts_now_moves_forward_only_and_is_installed_while_open() -> None:
-    from tether.runtime import _clock
+    from tether.runtime._core import hooks
 
     start = datetime(2030, 1, 1, tzinfo=UTC)
     with Clock(start) as clock:
-        assert _clock.now() == start
+        assert hooks.installed().now() == start
         assert clock.advance(timedelta(hours=1), minutes=30) == start + timedelta(hours=1, minutes=30)
         with pytest.raises(ValueError, match="only moves forward"):
             clock.advance(seconds=-1)
-    assert _clock.now() != clock.now()
+    assert hooks.installed().now() != clock.now()
     with pytest.raises(ValueError, match="aware datetime"):
         Clock(datetime(2030, 1, 1))  # naive: the mistake under test
 

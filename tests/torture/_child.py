@@ -18,7 +18,8 @@ from typing import Any
 
 import anyio
 from tether.actors import Agent, Chain, ScriptedLLM, Supervisor, Swarm, ToolCall, Worker
-from tether.runtime import AlreadyResumed, Resume, _faults, idempotency_key, idempotent, interrupt
+from tether.runtime import AlreadyResumed, Resume, idempotency_key, idempotent, interrupt
+from tether.runtime._core import hooks
 from tether.stores import PostgresStore, Store, open_store
 
 from tests.testing.flows import graph
@@ -101,7 +102,7 @@ async def main(url: str, scenario: str, mode: str, execution_id: str, schema: st
                 result = await recover(runner, execution_id)
         else:
             result = await recover(runner, execution_id)
-    print(json.dumps({**result.model_dump(mode="json"), "writes": _faults.writes()}), flush=True)
+    print(json.dumps({**result.model_dump(mode="json"), "writes": hooks.installed().faults.writes}), flush=True)
 
 
 async def recover(runner: Any, execution_id: str) -> Any:

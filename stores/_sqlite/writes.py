@@ -1,17 +1,4 @@
-"""Hand a function to aiosqlite's connection thread straight from either backend.
-
-aiosqlite's own `_execute` wraps the outcome in an asyncio future, which under
-trio means a second thread (the store's private asyncio loop) between the
-caller and the connection. Instead, the function goes onto the connection's
-queue with a `_Reply` that the worker thread completes, and that wakes the
-waiting task on whichever loop it runs: one crossing each way, on asyncio and
-on trio alike. The connection is opened and closed through aiosqlite as usual.
-
-The worker's side of the protocol (aiosqlite 0.22): it takes
-``(future, function)`` from ``Connection._tx``, runs ``function()``, then calls
-``future.get_loop().call_soon_threadsafe(set_result_or_exception, future, value)``,
-whose callback checks ``future.done()`` and then sets the value.
-"""
+"""Where the SQLite store's writes run: `WritePolicy` decides, `GroupCommit` carries it out."""
 
 from __future__ import annotations
 
@@ -19,107 +6,129 @@ import contextlib
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 import anyio.lowlevel
 
-from ._bridge import rearm_cancellation, threadsafe_scheduler
+from .._bridge import rearm_cancellation
+from ._aiosqlite import Reply, call, connection_of, post
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import aiosqlite
 
 T = TypeVar("T")
+Synchronous = Literal["FULL", "NORMAL"]
+Write = Callable[[sqlite3.Connection, int], T]
+"""A write: ``fn(connection, now)``, run inside a transaction; ``now`` in microseconds."""
 
 
-class _Reply(Generic[T]):
-    """Quacks like the asyncio future aiosqlite's worker completes; wakes one task."""
+class WritePolicy:
+    """The rules for where a write runs and when the WAL is checkpointed.
 
-    __slots__ = ("_done", "_error", "_result", "event", "schedule")
+    1. At ``synchronous=FULL`` every write goes to the connection's thread: its
+       commit fsyncs, and nothing that waits may run on the event loop's thread.
+    2. Writes on the thread share transactions (group commit): one job takes
+       every write queued so far and commits them together, each acknowledged
+       only after that COMMIT. While one batch fsyncs the next one fills, so
+       under load one fsync serves many boundaries; alone, a write costs what it did.
+    3. At ``synchronous=NORMAL`` a commit writes to the OS and does not fsync
+       (about 15 us), which is cheaper than two thread wake-ups. So a write runs
+       *inline*, on the caller's thread, on a second connection whose busy timeout
+       is zero, when no batch is queued for the thread and the loop is not busy.
+       It never waits there: if the write lock is taken (by the thread or another
+       process), SQLite says so at once and the write joins the queue (rule 2).
+    4. An inline writer gives the other tasks a turn once per `SLICE` seconds of
+       inline writes, not at every write (a turn costs a third of a transaction).
+       If they ran for longer than `BUSY_LOOP` meanwhile, the loop is *busy*: this
+       write and the next go to the thread, which runs them beside those tasks
+       (sqlite3 lets go of the GIL) and batches them. The loop counts as idle again
+       once a batch holds a single write.
+    5. At ``NORMAL``, WAL checkpoints (which fsync) are off automatic on both
+       connections and run on the thread every `CHECKPOINT_EVERY` writes. The WAL
+       starts over only after a checkpoint that caught up with it, which a steady
+       stream of inline writes never lets happen; so once it holds
+       `RESTART_FRAMES`, a second pass runs with the inline connection held (a
+       write then queues for the thread until that pass's fsync is done). At
+       ``FULL``, SQLite's automatic checkpoints run on the thread, after commits.
 
-    def __init__(self) -> None:
-        self.event = anyio.Event()
-        self.schedule = threadsafe_scheduler()  # the waiting task's loop
-        self._done = False
-        self._result: Any = None
-        self._error: BaseException | None = None
+    One policy serves one open store; its numbers are class attributes, so that
+    a test can move them.
+    """
 
-    # -- called on the worker thread --------------------------------------------------
+    SLICE = 0.001  # seconds of inline writes between two turns given to the other tasks
+    BUSY_LOOP = 0.0002  # seconds other tasks ran during an inline writer's turn: the loop is busy
+    CHECKPOINT_EVERY = 250  # writes; a few pages each, about SQLite's default of 1000 pages
+    RESTART_FRAMES = 2048  # WAL frames (8 MiB of 4 KiB pages) after which the WAL is made to start over
 
-    def get_loop(self) -> _Reply[T]:
-        return self
+    def __init__(self, synchronous: Synchronous) -> None:
+        self.inline = synchronous == "NORMAL"
+        """Whether writes may run on the caller's thread (rule 3), and checkpoints are the store's (5)."""
+        self._loop_busy = False
+        self._turn_given = 0.0  # when an inline writer last let the other tasks run
 
-    def call_soon_threadsafe(self, callback: Callable[[_Reply[T], Any], None], _: Any, value: Any) -> None:
-        callback(self, value)  # aiosqlite's set_result / set_exception, run right here
-        try:
-            self.schedule(self.event.set)
-        except Exception:  # noqa: BLE001, S110 - the waiting loop is gone; nobody is left to wake
-            pass
+    def may_write_inline(self, batch_queued: bool) -> bool:
+        """Rule 3, decided before the writer's turn: no batch is queued, and the loop is not busy."""
+        return not (self._loop_busy or batch_queued)
 
-    def done(self) -> bool:
-        return self._done
+    def turn_due(self, now: float) -> bool:
+        """Rule 4: whether an inline writer gives the other tasks a turn now."""
+        return now - self._turn_given >= self.SLICE
 
-    def set_result(self, result: T) -> None:
-        self._result, self._done = result, True
+    def turn_taken(self, started: float, ended: float) -> bool:
+        """Record a turn the other tasks had (rule 4); true if it shows the loop busy.
 
-    def set_exception(self, error: BaseException) -> None:
-        self._error, self._done = error, True
+        Then this write and the next go to the thread. (Many writers resuming in
+        one loop iteration, each with a write of its own on the loop, would hold
+        it for all of theirs: 40-50 ms for 100 starting runs.)
+        """
+        self._turn_given = ended
+        if ended - started > self.BUSY_LOOP:
+            self._loop_busy = True
+            return True
+        return False
 
-    # -- called by the waiting task --------------------------------------------------
+    def batch_committed(self, size: int) -> None:
+        """Rule 4: a batch of one write means the thread keeps up; the loop counts as idle."""
+        if size == 1:
+            self._loop_busy = False
 
-    def outcome(self) -> T:
-        if self._error is not None:
-            raise self._error
-        return self._result  # type: ignore[no-any-return]
+    def checkpoint_due(self, writes: int) -> bool:
+        """Rule 5: whether ``writes`` since the last checkpoint call for the next one."""
+        return writes >= self.CHECKPOINT_EVERY
+
+    def restart_due(self, frames: int) -> bool:
+        """Rule 5: whether a WAL of ``frames`` after a checkpoint needs the pass that lets it start over."""
+        return frames >= self.RESTART_FRAMES
 
 
 class GroupCommit:
-    """The store's connection: reads, and write transactions that share commits.
+    """The store's connection: reads, and writes where its `WritePolicy` sends them.
 
-    Writes are queued here; one job on the connection's thread takes every write
-    queued so far and runs them in one transaction, each inside a savepoint of
-    its own, so one write's failure (a fenced lease, say) rolls back only that
-    write. Every caller learns its outcome after the COMMIT: a write is never
-    acknowledged before it is durable. While a transaction commits (the fsync),
-    new writes queue up for the next one: under load, one fsync serves many
-    boundaries; alone, a write costs what it did.
+    Writes queued for the thread run in one transaction per batch. Each runs in a
+    savepoint of its own only when one of them fails (a fenced lease, say): the
+    batch is then run again guarded, so that one write's failure rolls back only
+    that write. Every caller learns its outcome after the COMMIT: a write is
+    never acknowledged before it is durable.
 
-    Given ``here``, a second connection opened with a zero busy timeout (the
-    store does so for ``synchronous=NORMAL``, where a commit writes to the OS and
-    does not fsync), a write that finds no batch queued runs on the caller's
-    thread instead: two thread wake-ups cost more than such a transaction. Not
-    while other tasks keep the loop busy, though: then the thread's transactions
-    run beside them on another core, and batch. It never waits there: if the
-    write lock is taken, by the thread's connection or another process, SQLite
-    says so at once and the write joins the queue, whose connection waits with
-    its busy handler. WAL checkpoints, which do fsync, are taken off automatic
-    on both connections and run on the thread every `CHECKPOINT_EVERY` writes.
+    ``here`` is the inline connection of rule 3 (opened by the store when the
+    policy says ``inline``); ``now`` gives each transaction its time.
     """
 
-    CHECKPOINT_EVERY = 250  # writes; a few pages each, about SQLite's default of 1000 pages
-    RESTART_FRAMES = 2048  # WAL frames (8 MiB of 4 KiB pages) after which a checkpoint makes it start over
-    BUSY_LOOP = 0.0002  # seconds other tasks ran during an inline writer's turn: the loop is busy
-    SLICE = 0.001  # seconds of inline writes between two turns given to the other tasks
-
-    def __init__(self, conn: aiosqlite.Connection, now: Callable[[], int], *,
+    def __init__(self, conn: aiosqlite.Connection, now: Callable[[], int], policy: WritePolicy, *,
                  here: sqlite3.Connection | None = None) -> None:
         self._conn = conn
         self._now = now
+        self.policy = policy
         self._here = here
         self._here_in_use = threading.Lock()  # one caller's thread at a time on ``here``
-        self._queued: list[tuple[Callable[[sqlite3.Connection, int], Any], _Reply[Any]]] = []
+        self._queued: list[tuple[Write[Any], Reply[Any]]] = []
         self._lock = threading.Lock()  # guards the queue and the counters below
         self._job_queued = False
         self._writes_since_checkpoint = 0
         self._checkpoint_queued = False
-        # Set when other tasks keep the loop busy: the thread then writes in parallel
-        # with them (sqlite3 lets go of the GIL) and batches them; cleared when a
-        # batch holds one write again.
-        self._loop_busy = False
-        self._turn_given = 0.0  # when an inline writer last let the other tasks run
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run the read ``fn(connection)`` on the connection's thread and return its result.
@@ -127,37 +136,27 @@ class GroupCommit:
         A cancelled caller just leaves; the read finishes on its thread and its result
         is dropped. (A write's caller waits for the outcome.)
         """
-        await anyio.lowlevel.checkpoint_if_cancelled()
-        reply: _Reply[T] = _Reply()
-        self._conn._tx.put_nowait((reply, partial(fn, self._conn._conn)))  # type: ignore[arg-type]
-        await reply.event.wait()
-        return reply.outcome()
+        return await call(self._conn, fn)
 
-    async def write(self, fn: Callable[[sqlite3.Connection, int], T], *, one_statement: bool = False) -> T:
-        """Run ``fn(db, now)`` in a shared transaction; return once that transaction committed.
+    async def write(self, fn: Write[T], *, one_statement: bool = False) -> T:
+        """Run ``fn(db, now)`` in a transaction, return once it committed (inline, or on the thread).
 
         ``one_statement`` says that ``fn`` writes with a single statement, stepped to
-        its end: on the caller's thread SQLite then commits it by itself, which
-        saves the BEGIN and the COMMIT (a tenth of an inline write). Statements
-        refused before it (a constraint fails) wrote nothing and do not count.
+        its end: inline, SQLite then commits it by itself, which saves the BEGIN and
+        the COMMIT (a tenth of an inline write). Statements refused before it (a
+        constraint fails) wrote nothing and do not count.
         """
         if self._here is None:
             await anyio.lowlevel.checkpoint_if_cancelled()
         else:
-            # Inline writes give the other tasks a turn once per slice, not at every write:
-            # a turn resumes the writer's whole stack of coroutines, which costs a third as
-            # much as the transaction. It comes before the write, so a cancellation it
-            # delivers leaves nothing written; between turns, a cancellation is checked.
-            inline = not (self._loop_busy or self._job_queued)  # decided before the turn
+            policy = self.policy
+            # The turn comes before the write, so a cancellation it delivers leaves nothing
+            # written; between turns, a cancellation is checked.
+            inline = policy.may_write_inline(self._job_queued)  # decided before the turn
             before = time.perf_counter()
-            if before - self._turn_given >= self.SLICE:
+            if policy.turn_due(before):
                 await anyio.lowlevel.checkpoint()
-                self._turn_given = time.perf_counter()
-                if self._turn_given - before > self.BUSY_LOOP:
-                    # Other tasks ran that long: this write and the next go beside them. (Many
-                    # writers resuming in one loop iteration, each with a write of its own on
-                    # the loop, would hold it for all of theirs: 40-50 ms for 100 starting runs.)
-                    self._loop_busy = True
+                if policy.turn_taken(before, time.perf_counter()):
                     inline = False
             else:
                 await anyio.lowlevel.checkpoint_if_cancelled()
@@ -169,31 +168,23 @@ class GroupCommit:
                 else:
                     self._count_writes(1)
                     return result
-        reply: _Reply[T] = _Reply()
+        reply: Reply[T] = Reply()
         with self._lock:
             self._queued.append((fn, reply))
             start_job = not self._job_queued
             self._job_queued = True
         if start_job:
-            self._run_on_thread(self._run_batches)
+            post(self._conn, self._run_batches)
         return await _wait_committed(reply)
 
-    def _run_on_thread(self, job: Callable[[], None]) -> None:
-        """Queue ``job`` on the connection's thread, with no reply: it tells its callers itself.
-
-        (With a reply, aiosqlite's thread would wake the loop once more for nothing.)
-        """
-        self._conn._tx.put_nowait((None, job))
-
     def close_here(self) -> None:
-        """Close the caller-side connection (not the last one: it never checkpoints)."""
+        """Close the inline connection (not the last one: it never checkpoints)."""
         here, self._here = self._here, None
         if here is not None:
             with self._here_in_use:
                 here.close()
 
-    def _write_here(self, db: sqlite3.Connection, fn: Callable[[sqlite3.Connection, int], T],
-                    one_statement: bool) -> T:
+    def _write_here(self, db: sqlite3.Connection, fn: Write[T], one_statement: bool) -> T:
         """One transaction on the caller's thread, or `_LockTaken` without waiting."""
         if not self._here_in_use.acquire(blocking=False):
             raise _LockTaken  # another event loop's thread is in it
@@ -234,48 +225,40 @@ class GroupCommit:
                     self._job_queued = False
                     return
             try:
-                self._commit(self._conn._conn, batch)
+                self._commit(connection_of(self._conn), batch)
             except BaseException as exc:  # noqa: BLE001 - nothing may leave a caller waiting forever
                 for _, reply in batch:
                     if not reply.done():
-                        reply.call_soon_threadsafe(_deliver, reply, (False, exc))
-            if len(batch) == 1:
-                self._loop_busy = False
-            if self._here is not None and self._checkpoint_due(len(batch)):
+                        reply.settle(False, exc)
+                        reply.wake()
+            self.policy.batch_committed(len(batch))
+            if self.policy.inline and self._checkpoint_due(len(batch)):
                 self._checkpoint()  # already on the thread, and inline writes are queuing
 
     def _count_writes(self, count: int) -> None:
         """After writes made on the caller's thread: queue a checkpoint when one is due."""
         if self._checkpoint_due(count):
-            self._run_on_thread(self._checkpoint)
+            post(self._conn, self._checkpoint)
 
     def _checkpoint_due(self, count: int) -> bool:
-        """Count writes; true once per `CHECKPOINT_EVERY`, and not again before that one ran."""
+        """Count writes; true once the policy calls for a checkpoint, and not again before it ran."""
         with self._lock:
             self._writes_since_checkpoint += count
-            if self._writes_since_checkpoint < self.CHECKPOINT_EVERY or self._checkpoint_queued:
+            if not self.policy.checkpoint_due(self._writes_since_checkpoint) or self._checkpoint_queued:
                 return False
             self._checkpoint_queued = True
             return True
 
     def _checkpoint(self) -> None:
-        """On the connection's thread: copy the WAL into the database (this one fsyncs).
-
-        It runs while writes go on. The WAL starts over from its beginning only
-        after a checkpoint that caught up with it, which a steady stream of inline
-        writes never lets happen. So once the WAL holds `RESTART_FRAMES`, a second
-        pass copies what was written meanwhile with the caller-side connection
-        held: a write arriving then queues for the thread until that pass's fsync
-        is done (a few milliseconds, so only every few thousand writes).
-        """
-        db = self._conn._conn
+        """On the connection's thread: copy the WAL into the database (this one fsyncs; rule 5)."""
+        db = connection_of(self._conn)
         try:
             # A checkpoint that fails (busy readers elsewhere, say) only leaves the work to the
             # next one. Nothing it raises may end `_run_batches`, which would leave the queue
             # marked as served and every later write waiting.
             with contextlib.suppress(Exception):
                 [(_, frames, _)] = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                if frames >= self.RESTART_FRAMES:
+                if self.policy.restart_due(frames):
                     with self._here_in_use:
                         db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         finally:
@@ -283,7 +266,7 @@ class GroupCommit:
                 self._writes_since_checkpoint = 0
                 self._checkpoint_queued = False
 
-    def _commit(self, db: sqlite3.Connection, batch: list[tuple[Callable[[sqlite3.Connection, int], Any], _Reply[Any]]]) -> None:
+    def _commit(self, db: sqlite3.Connection, batch: list[tuple[Write[Any], Reply[Any]]]) -> None:
         """Commit a batch and tell every caller its outcome, waking each loop once."""
         writes = [fn for fn, _ in batch]
         try:
@@ -295,13 +278,13 @@ class GroupCommit:
             outcomes = self._transaction(db, writes, guarded=True)
         waiting: dict[Callable[[Callable[[], object]], object], list[anyio.Event]] = {}
         for (_, reply), (ok, value) in zip(batch, outcomes, strict=True):
-            _deliver(reply, (ok, value))
+            reply.settle(ok, value)
             waiting.setdefault(reply.schedule, []).append(reply.event)
         for schedule, events in waiting.items():
             with contextlib.suppress(Exception):  # that loop is gone; nobody is left to wake
                 schedule(partial(_wake_in_turns, schedule, events))
 
-    def _transaction(self, db: sqlite3.Connection, writes: list[Callable[[sqlite3.Connection, int], Any]], *,
+    def _transaction(self, db: sqlite3.Connection, writes: list[Write[Any]], *,
                      guarded: bool) -> list[tuple[bool, Any]]:
         """One transaction for all ``writes``; their outcomes, or `_WriteFailed` (unguarded, several)."""
         outcomes: list[tuple[bool, Any]] = []
@@ -368,15 +351,7 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc)  # pragma: no cover - sqlite3 before Python 3.11
 
 
-def _deliver(reply: _Reply[Any], outcome: tuple[bool, Any]) -> None:
-    ok, value = outcome
-    if ok:
-        reply.set_result(value)
-    else:
-        reply.set_exception(value)
-
-
-async def _wait_committed(reply: _Reply[T]) -> T:
+async def _wait_committed(reply: Reply[T]) -> T:
     """Wait for a queued write's outcome; a cancelled caller still waits for it (it will commit or not).
 
     A shield stops anyio's cancellation, not asyncio's own Task.cancel(): those are

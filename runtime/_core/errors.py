@@ -3,7 +3,6 @@
 ```
 TetherError
 └── ActorError  (.path)
-    ├── ActorNotFound       no live actor at that path
     ├── ActorStopped        the actor was stopped on purpose; it takes no more messages
     ├── ActorCrashed        the actor's handler raised; __cause__ is the original error
     └── SupervisionEscalated  children kept crashing past the restart intensity
@@ -23,13 +22,6 @@ class ActorError(TetherError):
         super().__init__(message)
 
 
-class ActorNotFound(ActorError):
-    """No live actor at that path."""
-
-    def __init__(self, path: str) -> None:
-        super().__init__(path, f"No live actor at {path!r}. Spawn it first, or check the path.")
-
-
 class ActorStopped(ActorError):
     """The actor was stopped on purpose and takes no more messages."""
 
@@ -46,7 +38,7 @@ class ActorCrashed(ActorError):
         super().__init__(
             path, f"Actor {path!r} crashed handling the message: {type(error).__name__}: {error}"
         )
-        self.__cause__ = error  # however it is raised, the handler's error comes with it
+        self.__cause__: BaseException | None = error  # however it is raised, the handler's error comes with it
 
 
 class SupervisionEscalated(ActorError):

@@ -12,9 +12,8 @@ from datetime import datetime, timedelta
 
 from tether.stores import UsageError
 
-from . import _clock
-from ._idempotent import current_step
-from ._interrupt import Parked, current_call
+from .idempotent import current_step
+from .interrupt import Parked, current_call
 
 
 async def sleep_until(when: datetime) -> None:
@@ -34,7 +33,8 @@ async def sleep_until(when: datetime) -> None:
     await _park_until(when, when.isoformat())
 
 
-async def _park_until(when: datetime, argument: str) -> None:
+async def _park_until(when: datetime | timedelta, argument: str) -> None:
+    """Park until ``when``: a moment, or a duration from now on the runtime's clock."""
     step = current_step.get()
     if step is None or current_call.get() is None:
         raise UsageError(
@@ -46,12 +46,12 @@ async def _park_until(when: datetime, argument: str) -> None:
     if key in step.recorded:
         due = datetime.fromisoformat(step.recorded[key])
     else:
-        due = when
+        due = step.journal.hooks.now() + when if isinstance(when, timedelta) else when
         await step.journal.record_step(step.inbox_seq, "sleep", key, due.isoformat())
-    if _clock.now() < due:
+    if step.journal.hooks.now() < due:
         raise Parked(due)
 
 
 async def sleep(seconds: float) -> None:
     """Wait, durably, for ``seconds``: `sleep_until` now plus that, fixed the first time."""
-    await _park_until(_clock.now() + timedelta(seconds=seconds), f"{seconds!r}s")
+    await _park_until(timedelta(seconds=seconds), f"{seconds!r}s")

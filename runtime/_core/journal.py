@@ -22,13 +22,17 @@ from tether.stores import (
     StoreError,
 )
 
-from . import _delta, _faults
-from ._interrupt import Answer, content_digest
-from ._owners import is_dead
+from . import delta as _delta
+from .interrupt import Answer, content_digest
+from .owners import is_dead
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from datetime import datetime
+    from datetime import timedelta
+
+    from tether.stores import JournalEntry
+
+    from .hooks import Hooks
 
 
 class MessageCodec:
@@ -101,11 +105,22 @@ class LeaseHolder:
     Renewal replaces the lease object, so actors read it from here at each write.
     """
 
-    def __init__(self, store: Store, lease: Lease) -> None:
-        self.store = store
-        self.lease = lease
-        self.renewing = False
+    def __init__(self, store: Store, lease: Lease, journal: list[JournalEntry] | None = None) -> None:
+        self.store: Store = store
+        self.lease: Lease = lease
+        self.renewing: bool = False
         """A renewal is in flight (between renewals the keeper only waits)."""
+        self.journal: list[JournalEntry] | None = journal
+        """The execution's journal as read when its lease was taken, while nothing has been
+        written since: the actors restoring then read it from here, not each from the store."""
+
+    def entries(self) -> list[JournalEntry] | None:
+        """The journal read up front, if it is still the whole journal."""
+        return self.journal
+
+    def wrote(self) -> None:
+        """Something was journaled: the journal read up front is no longer all of it."""
+        self.journal = None
 
     async def keep(self, lease_seconds: float, until: anyio.Event | None = None) -> None:
         """Renew the lease every third of its length, until ``until`` is set or until cancelled.
@@ -157,14 +172,16 @@ class ActorJournal:
       (the store writes it with the snapshot and the pending row in one transaction).
     """
 
-    def __init__(self, holder: LeaseHolder, path: str, codec: MessageCodec, snapshot_every: int) -> None:
+    def __init__(self, holder: LeaseHolder, path: str, codec: MessageCodec, snapshot_every: int,
+                 hooks: Hooks) -> None:
         self.holder = holder
-        self.store = holder.store
+        self.hooks = hooks
+        self.store: Store = holder.store
         self.path = path
         self.codec = codec
         self.snapshot_every = snapshot_every
-        self.handled = 0
-        self.accepted = 0
+        self.handled: int = 0
+        self.accepted: int = 0
         """Messages accepted into the mailbox so far (``inbox`` entries), as loaded and since."""
         self.asks: dict[str, tuple[int, bool, Any]] = {}
         """Ask id -> (inbox seq, handled?, reply): a repeated ask finds its first answer."""
@@ -176,7 +193,7 @@ class ActorJournal:
 
     @classmethod
     async def open(cls, store: Store, execution_id: str, path: str, runner: str, codec: MessageCodec,
-                   *, owner: str, lease_seconds: float, snapshot_every: int) -> ActorJournal:
+                   *, owner: str, lease_seconds: float, snapshot_every: int, hooks: Hooks) -> ActorJournal:
         """Create or take over a standalone durable actor's execution and hold its lease.
 
         Raises:
@@ -190,14 +207,15 @@ class ActorJournal:
         lease = started.lease or await take_lease(
             store, execution_id, owner=owner, lease_seconds=lease_seconds, path=path
         )
-        return cls(LeaseHolder(store, lease), path, codec, snapshot_every)
+        return cls(LeaseHolder(store, lease), path, codec, snapshot_every, hooks)
 
     async def record_inbox(self, message: Any, ask_id: str | None) -> int:
         payload: dict[str, Any] = {"message": self.codec.encode(message), "id": ask_id}
         entries = [NewEntry(path=self.path, label="inbox", payload=payload)]
+        self.holder.wrote()
         [seq] = await self.store.append(self.lease, entries)
         self.accepted += 1
-        _faults.wrote(entries)
+        self.hooks.faults.wrote(entries)
         if ask_id is not None:
             self.asks[ask_id] = (seq, False, None)
             self._ids[seq] = ask_id
@@ -219,34 +237,38 @@ class ActorJournal:
         if self.handled % self.snapshot_every == 0:
             entries.append(self._snapshot(state))
         try:
+            self.holder.wrote()
             await self.store.append(self.lease, entries)
         except SerializationError:
             self.handled -= 1
             raise
-        _faults.wrote(entries)
+        self.hooks.faults.wrote(entries)
         if ask_id is not None:
             self.asks[ask_id] = (inbox_seq, True, reply)  # type: ignore[assignment]
 
     async def record_suspension(self, inbox_seq: int | None, state: dict[str, Any], path: str,
-                                reason: str, context: Any, expect: str, deadline: datetime | None = None,
+                                reason: str, context: Any, expect: str, patience: timedelta | None = None,
                                 default: Any = None) -> None:
         # What was asked is journaled with the suspension: the call that asks it again on
         # replay is the one its decision goes to.
         asked: dict[str, Any] = {"inbox": inbox_seq, "path": path, "expect": expect, "reason": reason,
                  "context": content_digest(context)}
         entries = [self._snapshot(state), NewEntry(path=self.path, label="suspended", kind="suspended", payload=asked)]
+        deadline = None if patience is None else self.hooks.now() + patience
         interrupt = NewInterrupt(path=path, reason=reason, context=context, deadline=deadline, default=default)
         try:
+            self.holder.wrote()
             await self.store.suspend(self.lease, entries, interrupt)
         except DuplicateInterrupt:
             return  # still pending from before: handled again, it asks again for the same decision
-        _faults.wrote(entries)
+        self.hooks.faults.wrote(entries)
 
     async def record_step(self, inbox_seq: int | None, label: str, key: str, result: Any) -> None:
         payload = {"inbox": inbox_seq, "step": key, "result": result}
         entries = [NewEntry(path=self.path, label=label, payload=payload)]
+        self.holder.wrote()
         await self.store.append(self.lease, entries)
-        _faults.wrote(entries)
+        self.hooks.faults.wrote(entries)
 
     async def release(self) -> None:
         """Give up a standalone durable actor's lease (it stays ``running``, unheld)."""
@@ -267,7 +289,10 @@ class ActorJournal:
         handled_count = accepted = 0
         finished: dict[str, Any] | None = None
         mine = self.path + "/"
-        for entry in await self.store.read_journal(self.lease.execution_id):
+        journal = self.holder.entries()
+        if journal is None:
+            journal = await self.store.read_journal(self.lease.execution_id)
+        for entry in journal:
             payload: Any = entry.payload
             if entry.kind == "resumed":
                 # A decision for a call of mine (at my path or below it, but for one of

@@ -11,15 +11,14 @@ from its start with the value in scope for that one call; a later, different
 from __future__ import annotations
 
 import hashlib
+import sys
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from pydantic_core import to_json
 from tether.stores import ConfigurationError, UsageError
-
-from . import _clock
 
 if TYPE_CHECKING:
     from datetime import datetime, timedelta
@@ -39,7 +38,7 @@ class Resume(BaseModel):
         ```
     """
 
-    model_config = ConfigDict(extra="allow")
+    model_config: ClassVar[ConfigDict] = ConfigDict(extra="allow")
 
     approved: bool
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
@@ -59,13 +58,14 @@ class Interrupted(Suspension):
     """Raised by `interrupt()` to suspend; the runtime catches it. Do not catch it."""
 
     def __init__(self, path: str, reason: str, context: JsonValue, expect: type[BaseModel],
-                 deadline: datetime | None = None, default: JsonValue = None) -> None:
+                 timeout: timedelta | None = None, default: JsonValue = None) -> None:
         super().__init__(f"interrupted at {path}: {reason}")
         self.path = path
         self.reason = reason
         self.context = context
         self.expect = model_name(expect)
-        self.deadline = deadline
+        self.timeout = timeout
+        """How long the decision may take; the journal turns it into a deadline on the runtime's clock."""
         self.default = default
 
 
@@ -88,11 +88,19 @@ def loaded_model(name: str) -> type[BaseModel] | None:
     Looked up, never imported: a name read from the journal cannot load code.
     The same code loaded under another module name (a script's ``__main__``, then
     ``--app refunds:runners``) is found by its qualified name, when exactly one
-    model has it; models of two named modules are never taken for one another.
+    model has it; models of two named modules are never taken for one another,
+    except tether's own, found under any of its modules.
     """
     module, colon, qualname = name.partition(":")
     if not colon:  # module.qualname, as earlier versions of tether wrote it
         module, _, qualname = name.rpartition(".")
+    found: Any = sys.modules.get(module)
+    for part in qualname.split(".") if found is not None else ():
+        found = getattr(found, part, None)
+    if isinstance(found, type) and issubclass(found, BaseModel) and found.__qualname__ == qualname:
+        return found  # where the name says: no walk over every model class
+    # tether's own models move between its private modules from one release to the next.
+    ours = module.startswith("tether.")
     alike: list[type[BaseModel]] = []
     seen: set[type[BaseModel]] = set()
     pending: list[type[BaseModel]] = [BaseModel]
@@ -105,7 +113,7 @@ def loaded_model(name: str) -> type[BaseModel] | None:
             if model.__module__ == module:
                 return model
             # Only a script's own module has another name elsewhere: two named modules are two models.
-            if "__main__" in (module, model.__module__):
+            if "__main__" in (module, model.__module__) or (ours and model.__module__.startswith("tether.")):
                 alike.append(model)
         pending.extend(model.__subclasses__())
     return alike[0] if len(alike) == 1 else None
@@ -269,7 +277,7 @@ def interrupt(
             return expect.model_validate(decision.value)
         except ValidationError as exc:  # validated before the claim; here only if code changed
             raise ConfigurationError(f"The decision for {path!r} does not fit {expect.__name__}: {exc}") from exc
-    deadline = fallback = None
+    fallback = None
     if timeout is not None:
         if default is None:
             raise ConfigurationError(
@@ -282,5 +290,4 @@ def interrupt(
             ).model_dump(mode="json")
         except ValidationError as exc:
             raise ConfigurationError(f"default= does not fit {expect.__name__}: {exc}") from exc
-        deadline = _clock.now() + timeout
-    raise Interrupted(path, reason, context, expect, deadline, fallback)
+    raise Interrupted(path, reason, context, expect, timeout, fallback)

@@ -1,18 +1,23 @@
-"""`Runtime`: owns the task group that every actor of an application runs in."""
+"""`Runtime`: hosts actors, and runs and resumes the executions of this process."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import warnings
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
-from pydantic import BaseModel, JsonValue
+from tether.runtime._core.actor import check_name, segment
+from tether.runtime._core.execution import ExecutionState, RunResult, Start
+from tether.runtime._core.hooks import Hooks, installed
+from tether.runtime._core.journal import LeaseHolder
+from tether.runtime._core.owners import process_owner, tag
+from tether.runtime._core.policies import RestartPolicy, SupervisionStrategy
+from tether.runtime._core.supervision import Group, Settings
 from tether.stores import (
     ConfigurationError,
-    ExecutionFinished,
     ExecutionNotFound,
     Lease,
     LeaseHeld,
@@ -25,22 +30,17 @@ from tether.stores import (
     UsageError,
 )
 
-from . import _faults
-from ._actor import check_name, segment
-from ._execution import ExecutionState, RunResult, Start
-from ._interrupt import Resume, loaded_model
-from ._journal import LeaseHolder, take_lease
-from ._owners import is_dead, process_owner, tag
-from ._supervision import Group, Settings
-from ._supervision_types import RestartPolicy, SupervisionStrategy
+from .service import Executions
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from datetime import datetime
     from types import TracebackType
 
-    from tether.stores import Execution
-
-    from ._actor import ActorFactory
-    from ._ref import ActorRef
+    from pydantic import BaseModel, JsonValue
+    from tether.runtime._core.actor import ActorFactory
+    from tether.runtime._core.ref import ActorRef, MsgT, ReplyT
+    from tether.stores import Execution, JournalEntry
 
 
 class Runtime:
@@ -58,6 +58,9 @@ class Runtime:
             another process can take the actor over that long after this one dies.
         snapshot_every: A durable actor snapshots its state every this many messages.
         max_restarts, within: Restart intensity of the top-level actors.
+        clock: What durable timers and approval deadlines read as now (an aware
+            datetime); default: the real clock, or the testing kit's `Clock`.
+        hooks: Clock, crash points and observers at once (see `Hooks`), for tests.
 
     Example:
         ```python
@@ -76,14 +79,22 @@ class Runtime:
         snapshot_every: int = 100,
         max_restarts: int = 3,
         within: float = 5.0,
+        clock: Callable[[], datetime] | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
-        wrap = _faults.store_wrapper.get()
-        if store is not None and wrap is not None:
-            store = wrap(store)  # a test's in-process crash: see tether.runtime.testing
+        hooks = hooks if hooks is not None else installed()
+        if clock is not None:
+            hooks = hooks.replace(clock=clock)
+        self.hooks = hooks
+        if store is not None and hooks.wrap_store is not None:
+            store = hooks.wrap_store(store)  # a test's in-process crash: see tether.runtime.testing
         self.store = store
         # Each runtime is its own lease owner, so two runtimes in one process exclude each other.
         owner = f"{process_owner()}/{tag()}"
-        self._settings = Settings(store, mailbox_size, lease_seconds, snapshot_every, owner)
+        self.executions: Executions | None = None if store is None else \
+            Executions(store, lease_seconds=lease_seconds, hooks=hooks, owner=owner)
+        """The execution service over ``store``, which runs and resumes go through."""
+        self._settings = Settings(store, mailbox_size, lease_seconds, snapshot_every, owner, hooks)
         self._max_restarts = max_restarts
         self._within = within
         self._stack: AsyncExitStack | None = None
@@ -138,14 +149,14 @@ class Runtime:
 
     async def spawn(
         self,
-        factory: ActorFactory,
+        factory: ActorFactory[MsgT, ReplyT],
         name: str,
         *,
         durable: bool = False,
         execution_id: str | None = None,
         restart: RestartPolicy = "permanent",
         shutdown_timeout: float = 5.0,
-    ) -> ActorRef:
+    ) -> ActorRef[MsgT, ReplyT]:
         """Start a top-level actor and return its ref once it is ready.
 
         Args:
@@ -171,12 +182,12 @@ class Runtime:
 
     # -- executions ----------------------------------------------------------------
 
-    def _store(self) -> Store:
+    def _service(self) -> Executions:
         if self._root is None:
             raise UsageError("The runtime is not running. Call this inside 'async with Runtime(...) as rt:'.")
-        if self.store is None:
+        if self.executions is None:
             raise ConfigurationError("Executions need a store: Runtime(SQLiteStore(...)) or PostgresStore.")
-        return self.store
+        return self.executions
 
     async def run(
         self,
@@ -207,19 +218,19 @@ class Runtime:
             LeaseHeld: Another live process is running this execution.
             ConfigurationError: ``name`` is not a valid path segment.
         """
-        store = self._store()
+        service = self._service()
         kind = getattr(factory, "kind", "actor")
         name = check_name(kind, name if name is not None else kind)
         root_path = segment(kind, name)
-        owner = self._drive_owner(execution_id)
-        started = await store.start_execution(
+        owner = service.drive_owner(execution_id)
+        started = await service.store.start_execution(
             NewExecution(execution_id=execution_id, runner=getattr(factory, "__qualname__", kind),
                          root_path=root_path, fingerprint=getattr(factory, "fingerprint", ""), input=input),
             owner=owner, lease_seconds=self._settings.lease_seconds,
         )
         if started.created:
             assert started.lease is not None
-            _faults.reached("after_start")
+            self.hooks.faults.reached("after_start")
             return await self._drive(factory, name, started.lease, Start(input=input), fresh=True)
         execution = started.execution
         if execution.root_path != root_path:
@@ -229,21 +240,12 @@ class Runtime:
                 f"another execution id."
             )
         if execution.status not in ("running", "decided", "queued"):
-            return await self.result(execution_id)
+            return await service.result_of(execution)
         check_runner(execution, factory)
-        lease = await self._take_over(execution_id, owner)
+        lease = await service.take_over(execution_id, owner, root_path=root_path)
         if lease is None:
-            return await self.result(execution_id)
+            return await service.result(execution_id)
         return await self._drive(factory, name, lease, Start(input=execution.input))
-
-    def _drive_owner(self, execution_id: str, *, drive: bool = True) -> str:
-        """A lease owner for one drive: two drives of one id in this runtime exclude each other.
-
-        After a test's simulated crash, the first drive inherits the dead run's lease
-        (a claim only borrows the dead owner's name, to be let past its lease).
-        """
-        heir = _faults.heirs.pop(execution_id, None) if drive else _faults.heirs.get(execution_id)
-        return heir or f"{self._settings.owner}/{tag()}"
 
     async def resume(
         self,
@@ -269,6 +271,10 @@ class Runtime:
         the journal says who forced it. Force only a run whose process you know
         is gone: a live one is fenced out, and its work since its last boundary is lost.
 
+        Before the resumed code runs, a resume makes three store calls: the
+        execution and its journal read together, the claim, the lease (a takeover
+        adds its journal entry).
+
         Args:
             factory: The root actor's class.
             execution_id: Which execution.
@@ -286,29 +292,32 @@ class Runtime:
             ExecutionFinished: It was cancelled (a decision for it is refused).
             pydantic.ValidationError: ``value`` is not a valid decision; nothing was claimed.
         """
-        store = self._store()
-        execution = await store.get_execution(execution_id)
-        if execution is None:
+        service = self._service()
+        loaded = await service.store.load_execution(execution_id)
+        if loaded is None:
             raise ExecutionNotFound(execution_id)
+        execution, journal = loaded
         if execution.finished and value is None:
-            return await self.result(execution_id)
+            return await service.result_of(execution)
         check_runner(execution, factory)
         name = execution.root_path.partition(":")[2]
-        owner = self._drive_owner(execution_id)
+        owner = service.drive_owner(execution_id)
         if value is not None:
-            await self._claim(execution_id, value, path, owner, force=force, by=by)
+            decided = await service.decide(execution_id, value, path=path, by=by, force=force, owner=owner,
+                                           journal=journal)
+            journal.append(decided)
         try:
-            lease = await self._take_over(execution_id, owner, force=force)
+            lease = await service.take_over(execution_id, owner, root_path=execution.root_path, force=force)
         except LeaseHeld:
             if value is None:
                 raise
             # A worker took the decided execution up first: it carries the decision out.
-            return await self.result(execution_id)
+            return await service.result(execution_id)
         if lease is None:
-            return await self.result(execution_id)
-        return await self._drive(factory, name, lease, Start(input=execution.input))
+            return await service.result(execution_id)
+        return await self._drive(factory, name, lease, Start(input=execution.input), journal=journal)
 
-    async def claim(
+    async def decide(
         self,
         execution_id: str,
         value: BaseModel | dict[str, Any],
@@ -326,86 +335,19 @@ class Runtime:
         that answer a request once the decision is safe, and continue the run
         elsewhere. ``seq`` pins the suspension the decider saw: a late click for an
         earlier interrupt at the same path is refused instead of deciding a newer one.
+        It needs no running runtime: `Executions.decide` does the same with the store alone.
 
         Raises:
             AlreadyResumed, NoPendingInterrupt, LeaseHeld, ExecutionNotFound: As for `resume`.
             pydantic.ValidationError: ``value`` is not a valid decision; nothing was claimed.
         """
-        if await self._store().get_execution(execution_id) is None:
-            raise ExecutionNotFound(execution_id)
-        owner = self._drive_owner(execution_id, drive=False)
-        dead = await self._claim(execution_id, value, path, owner, seq, by=by)
-        if dead is not None:
-            # Decided past the lease of a process that died running it: nobody here carries it on,
-            # so the run is handed over as decided at once, not when that lease would expire.
-            lease = await self._take_over(execution_id, f"{self._settings.owner}/{tag()}")
-            if lease is not None:
-                await self._store().release_lease(lease, status="decided", wake_at=datetime.now(UTC))
+        await self._service().decide(execution_id, value, path=path, seq=seq, by=by)
 
-    async def _claim(self, execution_id: str, value: BaseModel | dict[str, Any], path: str | None,
-                     owner: str, seq: int | None = None, *, force: bool = False, by: str | None = None) -> str | None:
-        """Claim with a checked decision; returns the dead (or forced) holder it claimed past, if any."""
-        decision = await self._validate_decision(execution_id, value, path)
-        store = self._store()
-        past = None
-        try:
-            # Refused (LeaseHeld, nothing consumed) while another process runs the execution.
-            await store.claim(execution_id, decision, path=path, seq=seq, owner=owner, by=by)
-        except LeaseHeld as held:
-            if not (force or is_dead(held.owner)):
-                raise
-            # Its process is gone: the decision is carried out by whoever takes the lease over.
-            await store.claim(execution_id, decision, path=path, seq=seq, owner=held.owner, by=by)
-            past = held.owner
-        _faults.reached("after_claim")
-        return past
-
-    async def _validate_decision(
-        self, execution_id: str, value: BaseModel | dict[str, Any], path: str | None
-    ) -> dict[str, Any]:
-        """Check a decision against the model the suspended call expects, before any claim."""
-        data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
-        store = self._store()
-        pending = await store.list_pending(execution_id=execution_id, limit=1000)
-        target = [p for p in pending if path is None or p.agent_path == path]
-        expected: type[BaseModel] = Resume
-        if len(target) == 1:
-            [suspended] = await store.read_journal(execution_id, after_seq=target[0].seq - 1, limit=1)
-            name = suspended.payload.get("expect") if isinstance(suspended.payload, dict) else None
-            if isinstance(name, str):
-                found = loaded_model(name)
-                if found is None:
-                    raise ConfigurationError(
-                        f"The interrupt of {execution_id!r} at {target[0].agent_path!r} expects a decision of "
-                        f"type {name.rpartition(':')[2]} ({name}), which this process does not define, so it "
-                        f"cannot check this one; nothing was claimed. Decide from a process that loads the "
-                        f"application's code (--app module:attr)."
-                    )
-                expected = found
-        # Raises pydantic.ValidationError; nothing has been claimed yet.
-        return expected.model_validate(data).model_dump(mode="json")
-
-    async def _take_over(self, execution_id: str, owner: str, *, force: bool = False) -> Lease | None:
-        """Take the execution's lease, or None if it finished meanwhile (another process ran it).
-
-        A lease whose owner provably died on this machine is taken at once, and so is
-        any lease when ``force``; either way the journal records the takeover.
-
-        Raises:
-            LeaseHeld: A live owner (or one that cannot be judged) holds it, and not ``force``.
-        """
-        store = self._store()
-        try:
-            return await take_lease(store, execution_id, owner=owner, lease_seconds=self._settings.lease_seconds,
-                                    path=await self._root_path(execution_id), force=force)
-        except ExecutionFinished:
-            return None
-
-    async def _root_path(self, execution_id: str) -> str:
-        execution = await self._store().get_execution(execution_id)
-        if execution is None:
-            raise ExecutionNotFound(execution_id)
-        return execution.root_path
+    async def claim(self, execution_id: str, value: BaseModel | dict[str, Any], *, path: str | None = None,
+                    seq: int | None = None, by: str | None = None) -> None:
+        """Deprecated name of `decide`."""
+        warnings.warn("Runtime.claim() is now Runtime.decide()", DeprecationWarning, stacklevel=2)
+        await self.decide(execution_id, value, path=path, seq=seq, by=by)
 
     async def cancel(self, execution_id: str, *, force: bool = False) -> RunResult:
         """Stop a paused (or crashed) execution for good: ``cancelled``, nothing pending.
@@ -417,24 +359,14 @@ class Runtime:
             LeaseHeld: A live process is running it; cancel it there.
             ExecutionNotFound: No such execution.
         """
-        lease = await self._take_over(execution_id, f"{self._settings.owner}/{tag()}", force=force)
-        if lease is not None:
-            await self._store().release_lease(lease, status="cancelled")
-        return await self.result(execution_id)
+        return await self._service().cancel(execution_id, force=force)
 
     async def result(self, execution_id: str) -> RunResult:
         """Where the execution stands now, from the store."""
-        store = self._store()
-        execution = await store.get_execution(execution_id)
-        if execution is None:
-            raise ExecutionNotFound(execution_id)
-        pending = await store.list_pending(execution_id=execution_id) if execution.status == "paused" else []
-        return RunResult(execution_id=execution_id, status=execution.status, output=execution.result,
-                         pending_interrupt=pending[0] if pending else None, pending=pending,
-                         error=execution.error)
+        return await self._service().result(execution_id)
 
     async def _drive(self, factory: ActorFactory, name: str, lease: Lease, start: Start, *,
-                     fresh: bool = False) -> RunResult:
+                     fresh: bool = False, journal: list[JournalEntry] | None = None) -> RunResult:
         """Run the execution's tree until it finishes, pauses or fails, then give up the lease.
 
         ``start`` goes to the root when its journal shows it never received one (a
@@ -446,7 +378,7 @@ class Runtime:
         """
         assert self._root is not None
         assert self.store is not None
-        state = ExecutionState(lease.execution_id, LeaseHolder(self.store, lease))
+        state = ExecutionState(lease.execution_id, LeaseHolder(self.store, lease, journal))
         group = Group(self._root._tg, "", SupervisionStrategy.ONE_FOR_ONE, 0, 1.0, self._settings, state)
         try:
             async with anyio.create_task_group() as renewal:
@@ -531,22 +463,27 @@ class Runtime:
                 with anyio.move_on_after(lease_seconds / 10):
                     await state.done.wait()
 
-    async def drive(self, factory: ActorFactory, lease: Lease) -> RunResult:
+    async def drive(self, factory: ActorFactory, lease: Lease, *, execution: Execution | None = None) -> RunResult:
         """Run an execution that `Store.take_work` leased to this process (what workers do).
 
         A queued execution starts; any other continues from its journal, with the
-        decisions recorded for it.
+        decisions recorded for it. ``execution`` is its row, when the caller read it.
 
         Raises:
             ConfigurationError: ``factory`` did not start it, or its definition changed.
+            ExecutionNotFound: No such execution.
         """
-        store = self._store()
-        execution = await store.get_execution(lease.execution_id)
+        store = self._service().store
         if execution is None:
-            raise ExecutionNotFound(lease.execution_id)
+            loaded = await store.load_execution(lease.execution_id)
+            if loaded is None:
+                raise ExecutionNotFound(lease.execution_id)
+            execution, journal = loaded
+        else:
+            journal = await store.read_journal(lease.execution_id)
         check_runner(execution, factory)
         return await self._drive(factory, execution.root_path.partition(":")[2], lease,
-                                 Start(input=execution.input))
+                                 Start(input=execution.input), journal=journal)
 
     async def enqueue(
         self,
@@ -563,12 +500,11 @@ class Runtime:
         """
         kind = getattr(factory, "kind", "actor")
         name = check_name(kind, name if name is not None else kind)
-        await self._store().enqueue_execution(
+        return await self._service().enqueue(
             NewExecution(execution_id=execution_id, runner=getattr(factory, "__qualname__", kind),
                          root_path=segment(kind, name), fingerprint=getattr(factory, "fingerprint", ""),
                          input=input),
         )
-        return await self.result(execution_id)
 
 
 def _leaves(error: BaseException) -> list[BaseException]:

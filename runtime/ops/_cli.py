@@ -16,13 +16,13 @@ missing one is an error. ``--json`` prints JSON instead of tables, everywhere.
 from __future__ import annotations
 
 import getpass
-import importlib
 import json
 import logging
 import os
 import shlex
 import signal
 import sys
+from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
+from tether.runtime._core.version import __version__
 from tether.stores import (
     AlreadyResumed,
     LeaseHeld,
@@ -42,14 +43,13 @@ from tether.stores import (
 )
 
 from ._operator import Operator, Timeline, age, load_app, parse_assignments, parse_duration, summarize
-from ._version import __version__
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator, Sequence
 
+    from tether.runtime._core.execution import RunResult
     from tether.stores import Execution
 
-    from ._execution import RunResult
     from ._operator import Decision
 
 T = TypeVar("T")
@@ -264,7 +264,7 @@ def resume(settings: Settings, execution_id: str, assignments: tuple[str, ...], 
     decider = by or _decider()
     if app is not None and not detach:
         _print_result(settings, settings.run(
-            lambda op: op.carry_on(execution_id, value, path=path, by=decider), app), as_json)
+            lambda op: op.resume(execution_id, value, path=path, by=decider), app), as_json)
         return
 
     async def record(op: Operator) -> Timeline:
@@ -302,7 +302,7 @@ def recover(settings: Settings, execution_id: str, app: str, force: bool, as_jso
     and its lease is taken over at once; one on another machine is waited out
     (its lease expires) unless --force.
     """
-    result = settings.run(lambda op: op.carry_on(execution_id, None, force=force), app)
+    result = settings.run(lambda op: op.resume(execution_id, None, force=force), app)
     _print_result(settings, result, as_json)
 
 
@@ -409,7 +409,7 @@ def serve(settings: Settings, app: str | None, host: str, port: int, token: str 
 def worker(settings: Settings, app: str, concurrency: int, lease_seconds: float, poll_interval: float,
            grace: float, no_notify: bool) -> None:
     """Run ready executions until SIGTERM: decided, due, detached, or left by a dead process."""
-    from ._worker import ExecutionWorker
+    from tether.runtime._executions.worker import ExecutionWorker
 
     runners = load_app(app)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -444,9 +444,13 @@ async def _stop_on_signal(running: Any) -> None:
 @pass_settings
 def demo(settings: Settings, demo_backend: str | None) -> None:
     """A supervisor's run paused for a $50k refund, resumed by another process, a crash recovered."""
-    # The story needs agents; the kernel knows none, so it is looked up by name.
-    story = importlib.import_module("tether.actors._demo")
-    raise click.exceptions.Exit(story.run_demo(settings.store, backend=demo_backend or settings.backend))
+    # The story needs agents, which live a layer above this one: the package that tells
+    # it registers it under the "tether.demo" entry point.
+    stories = entry_points(group="tether.demo", name="default")
+    if not stories:
+        raise click.ClickException("No demo is installed: reinstall tether (pip install tether).")
+    run_demo = next(iter(stories)).load()
+    raise click.exceptions.Exit(run_demo(settings.store, backend=demo_backend or settings.backend))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -609,6 +613,3 @@ def _json(value: Any) -> str:
 def _print_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -15,17 +15,16 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import anyio
 
-from . import _json
-from ._bridge import threadsafe_caller
-from ._driver import DriverStore
-from ._errors import (
-    AlreadyResumed,
+from .. import _json
+from .._bridge import threadsafe_caller
+from .._claims import failed_claim, sole_pending
+from .._driver import DriverStore
+from .._errors import (
     ConfigurationError,
     DuplicateInterrupt,
     ExecutionFinished,
     ExecutionNotFound,
     LeaseHeld,
-    NoPendingInterrupt,
     SchemaVersionError,
     StaleLease,
     StoreCorrupted,
@@ -33,9 +32,9 @@ from ._errors import (
     StoreNotFound,
     StoreUnavailable,
 )
-from ._json import entry_rows
-from ._migrations import POSTGRES_MIGRATIONS
-from ._models import (
+from .._json import entry_rows
+from .._migrations import POSTGRES_MIGRATIONS
+from .._models import (
     FINAL_STATUSES,
     Execution,
     ExecutionStatus,
@@ -48,8 +47,8 @@ from ._models import (
     PendingInterrupt,
     StartResult,
 )
-from ._pgpool import ConnectionPool, connect_detached, finish_detached
-from ._protocol import SCHEMA_VERSION, check_limit
+from .._protocol import SCHEMA_VERSION, check_limit
+from .pool import ConnectionPool, connect_detached, finish_detached
 
 if TYPE_CHECKING:
     import asyncio
@@ -59,7 +58,7 @@ if TYPE_CHECKING:
     import asyncpg
     from pydantic import JsonValue
 
-    from ._bridge import Op
+    from .._bridge import Op
 
 _EXEC_COLS = (
     "id, runner, root_path, fingerprint, status, input, result, error, "
@@ -121,8 +120,8 @@ def _columns(rows: list[tuple[str, str, str, str]]) -> list[list[str]]:
     return [list(column) for column in zip(*rows, strict=True)] if rows else [[], [], [], []]
 
 
-class Listener:
-    """A LISTEN connection of `PostgresStore.listen`."""
+class PostgresListener:
+    """A LISTEN connection of `PostgresStore.listen`: a `tether.stores.Listener`."""
 
     def __init__(self, store: PostgresStore, conn: Any) -> None:
         self._store = store
@@ -302,7 +301,7 @@ class PostgresStore(DriverStore):
             # Its loop is gone, so nothing can be awaited on its connections: drop them.
             pool.terminate()
 
-    async def listen(self, on_work: Callable[[], object]) -> Listener:
+    async def listen(self, on_work: Callable[[], object]) -> PostgresListener:
         """Call ``on_work`` whenever an execution becomes runnable, until the listener is closed.
 
         A dedicated connection LISTENs on ``tether_work``, which a trigger notifies
@@ -330,7 +329,7 @@ class PostgresStore(DriverStore):
                 # Never interrupted by a cancellation (see _pgpool); a cancelled caller's is terminated.
                 return await connect_detached(connect, self._listen_connects)
 
-        return Listener(self, await self._run(open_listener))
+        return PostgresListener(self, await self._run(open_listener))
 
     async def drop_schema(self) -> None:
         """Drop this store's schema, with every table and row tether kept there, and close the store.
@@ -430,6 +429,24 @@ class PostgresStore(DriverStore):
             f"SELECT {_EXEC_COLS} FROM tether_executions WHERE id = $1", execution_id
         )
         return _execution(rows[0]) if rows else None
+
+    async def load_execution(self, execution_id: str) -> tuple[Execution, list[JournalEntry]] | None:
+        # One statement, so one snapshot: the row, then each journal entry beside it.
+        execs = ", ".join(f"e.{column}" for column in _EXEC_COLS.split(", "))
+        rows = await self._fetch(
+            f"SELECT {execs}, j.seq AS j_seq, j.path AS j_path, j.label AS j_label, j.kind AS j_kind, "
+            "j.payload AS j_payload, j.created_at AS j_created_at FROM tether_executions e "
+            "LEFT JOIN tether_journal j ON j.execution_id = e.id WHERE e.id = $1 ORDER BY j.seq",
+            execution_id,
+        )
+        if not rows:
+            return None
+        journal = [
+            JournalEntry(execution_id=execution_id, seq=r["j_seq"], path=r["j_path"], label=r["j_label"],
+                         kind=r["j_kind"], payload=_json.loads(r["j_payload"]), created_at=r["j_created_at"])
+            for r in rows if r["j_seq"] is not None
+        ]
+        return _execution(rows[0]), journal
 
     async def list_executions(
         self,
@@ -607,12 +624,7 @@ class PostgresStore(DriverStore):
         by: str | None = None,
     ) -> JournalEntry:
         value_json = _json.dumps(value, what="the resume value")
-        target = path
-        if target is None:
-            paths = await self._pending_paths(execution_id)
-            if len(paths) > 1:
-                raise NoPendingInterrupt(execution_id, None, paths)
-            target = paths[0] if paths else None
+        target = path if path is not None else sole_pending(execution_id, await self._pending_paths(execution_id))
         out = []
         if target is not None:
             out = await self._fetch(
@@ -660,9 +672,10 @@ class PostgresStore(DriverStore):
 
     async def _explain_failed_claim(self, execution_id: str, path: str | None,
                                     owner: str | None = None) -> StoreError:
+        """Why the claim's statement consumed nothing: the facts, read after it (see `failed_claim`)."""
         execution = await self.get_execution(execution_id)
         if execution is None:
-            return ExecutionNotFound(execution_id)
+            return failed_claim(execution_id, path, status=None)
         pending = await self._pending_paths(execution_id)
         held = await self._fetch(
             "SELECT lease_owner, lease_expires_at FROM tether_executions WHERE id = $1 "
@@ -670,20 +683,16 @@ class PostgresStore(DriverStore):
             "AND lease_owner IS DISTINCT FROM $2::text",
             execution_id, owner,
         )
-        if held and path is not None and path in pending:
-            return LeaseHeld(execution_id, held[0]["lease_owner"], held[0]["lease_expires_at"])
         resumed = await self._fetch(
             "SELECT path FROM tether_journal WHERE execution_id = $1 AND kind = 'resumed' "
             "AND ($2::text IS NULL OR path = $2) ORDER BY seq DESC LIMIT 1",
             execution_id, path,
         )
-        # A decision already journaled answers a second click, even once the run has finished;
-        # but a cancelled execution is said to be cancelled, whatever was decided before.
-        if execution.status != "cancelled" and ((path is not None and path in pending) or resumed):
-            return AlreadyResumed(execution_id, path if path is not None else resumed[0]["path"])
-        if execution.finished:
-            return ExecutionFinished(execution_id, execution.status)
-        return NoPendingInterrupt(execution_id, path, pending)
+        return failed_claim(
+            execution_id, path, status=execution.status, pending=pending,
+            last_resumed=resumed[0]["path"] if resumed else None,
+            held=(held[0]["lease_owner"], held[0]["lease_expires_at"]) if held else None,
+        )
 
     async def list_pending(
         self,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import anyio
 from pydantic import BaseModel, ConfigDict
@@ -12,7 +12,7 @@ from tether.stores import ExecutionStatus, Json, PendingInterrupt
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from ._journal import LeaseHolder
+    from .journal import LeaseHolder
 
 
 class Start(BaseModel):
@@ -24,7 +24,7 @@ class Start(BaseModel):
 class RunResult(BaseModel):
     """Where an execution stands after `Runtime.run`, `Runtime.resume` or a lookup."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True)
 
     execution_id: str
     status: ExecutionStatus

@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, cast
 
 import anyio
+from typing_extensions import TypeVar
 
-from ._idempotent import current_step
+from .idempotent import current_step
 
 if TYPE_CHECKING:
-    from ._supervision import Slot
+    from .supervision import Slot
+
+# typing_extensions (a dependency of pydantic) gives the TypeVars defaults on Python < 3.13:
+# a bare `ActorRef` or `Actor[State]` means `Any` for the message and the reply, as before.
+MsgT_contra = TypeVar("MsgT_contra", contravariant=True, default=Any)
+"""What an actor accepts: a ref that takes any `BaseModel` also serves where a `Deposit` is sent."""
+ReplyT_co = TypeVar("ReplyT_co", covariant=True, default=Any)
+"""What an actor's handler returns, and so what ``ask`` gives back."""
+MsgT = TypeVar("MsgT", default=Any)
+"""The message type, in signatures that carry it from a factory to a ref (`ActorContext.spawn`)."""
+ReplyT = TypeVar("ReplyT", default=Any)
+"""The reply type, in signatures that carry it from a factory to a ref."""
 
 
 class Reply:
@@ -56,10 +68,19 @@ class Envelope:
     failure): only then can records of its side effects exist."""
 
 
-class ActorRef:
+class ActorRef(Generic[MsgT_contra, ReplyT_co]):
     """A handle to an actor. It stays valid across the actor's restarts.
 
     Refs come from `Runtime.spawn` and `ActorContext.spawn`; they are never built by hand.
+    The type arguments are the messages the actor takes and the reply ``ask`` returns,
+    as its class declares them (``class AccountActor(Actor[Account, Deposit, int])``
+    spawns an ``ActorRef[Deposit, int]``); both default to ``Any``, so a bare
+    ``ActorRef`` takes and returns anything.
+
+    A durable actor asked from another durable actor's handler replies with the
+    JSON form of its return value (what its journal holds, so that the ask made
+    again gets the same answer): declare a JSON reply type for such actors, or
+    validate the reply (``Outcome.model_validate(await ref.ask(task))``).
     """
 
     __slots__ = ("_slot",)
@@ -75,7 +96,7 @@ class ActorRef:
         """The actor's full path, e.g. ``service:bank/account:42``."""
         return self._slot.path
 
-    async def send(self, message: Any) -> None:
+    async def send(self, message: MsgT_contra) -> None:
         """Put a message in the actor's mailbox; wait while the mailbox is full.
 
         For a durable actor it returns once the message is in the journal: from
@@ -89,7 +110,7 @@ class ActorRef:
         send_id = step.key_for(f"send:{self.path}", message) if step is not None else None
         await self._slot.deliver(Envelope(message, ask_id=send_id))
 
-    async def ask(self, message: Any) -> Any:
+    async def ask(self, message: MsgT_contra) -> ReplyT_co:
         """Send a message and wait for the handler's return value.
 
         To bound the wait, wrap it: ``with anyio.fail_after(5): await ref.ask(m)``.
@@ -102,7 +123,7 @@ class ActorRef:
         step = current_step.get()
         ask_id = step.key_for(f"ask:{self.path}", message) if step is not None else None
         await self._slot.deliver(Envelope(message, reply, ask_id=ask_id))
-        return await reply.wait()
+        return cast("ReplyT_co", await reply.wait())
 
     async def stop(self) -> None:
         """Stop the actor after its current message, and its children first.

@@ -12,51 +12,23 @@ import importlib
 import json
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
+from tether.runtime._executions.runner import Runner, runner_for
+from tether.runtime._executions.service import Executions
 from tether.stores import ConfigurationError, ExecutionNotFound
-
-from ._runtime import Runtime
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
-    from tether.stores import Execution, JournalEntry, Lease, PendingInterrupt, Store
-
-    from ._execution import RunResult
-
-
-@runtime_checkable
-class Resumable(Protocol):
-    """A runner as the operator surface sees it: a `Chain`, an `Agent`, a `Swarm`, a `Supervisor`."""
-
-    name: str
-    store: Store | None
-
-    @property
-    def root_path(self) -> str:
-        """The root actor's path, ``<kind>:<name>``, as stored with each execution."""
-        ...
-
-    @property
-    def fingerprint(self) -> str:
-        """A hash of the definition, as stored with each execution."""
-        ...
-
-    async def resume(self, execution_id: str, value: Any = None, *, path: str | None = None,
-                     force: bool = False, by: str | None = None) -> RunResult:
-        """Continue an execution (with a decision, or after a crash)."""
-        ...
-
-    async def run_leased(self, lease: Lease, *, lease_seconds: float | None = None) -> RunResult:
-        """Run an execution a worker leased, renewing the lease at the worker's length."""
-        ...
+    from tether.runtime._core.execution import RunResult
+    from tether.stores import Execution, JournalEntry, PendingInterrupt, Store
 
 
-def load_app(spec: str) -> list[Resumable]:
+def load_app(spec: str) -> list[Runner]:
     """Import the runners named by ``module:attr`` (one runner, a list of them, or a mapping).
 
     The current directory is importable, as for ``python -m``.
@@ -80,7 +52,7 @@ def load_app(spec: str) -> list[Resumable]:
             raise ConfigurationError(f"--app {spec!r}: {module_name!r} has no {attr!r}.") from None
     found = list(target.values()) if isinstance(target, Mapping) else \
         list(target) if isinstance(target, list | tuple) else [target]
-    strays = [repr(item) for item in found if not isinstance(item, Resumable)]
+    strays = [repr(item) for item in found if not isinstance(item, Runner)]
     if strays or not found:
         raise ConfigurationError(
             f"--app {spec!r} must name a runner (Chain, Agent, Swarm, Supervisor), or a list or mapping "
@@ -143,9 +115,9 @@ class Operator:
             on this store when they do.
     """
 
-    def __init__(self, store: Store, runners: list[Resumable] | tuple[Resumable, ...] = ()) -> None:
+    def __init__(self, store: Store, runners: Sequence[Runner] = ()) -> None:
         self.store = store
-        self.runners = list(runners)
+        self.runners: list[Runner] = list(runners)
 
     async def pending(self, path_prefix: str | None = None, *, limit: int = 1000) -> list[PendingInterrupt]:
         """Pending interrupts, oldest first, optionally under a path prefix."""
@@ -173,23 +145,13 @@ class Operator:
             return None  # only a decided one's journal is read: a listing stays one query for the rest
         return Timeline(execution, [], await self.store.read_journal(execution.execution_id)).decision
 
-    def runner_for(self, execution: Execution) -> Resumable | None:
+    def runner_for(self, execution: Execution) -> Runner | None:
         """The runner that continues ``execution`` here, or None if this process has none.
 
         Raises:
             ConfigurationError: A runner of that name is here, but its definition changed.
         """
-        for runner in self.runners:
-            if runner.root_path != execution.root_path:
-                continue
-            if execution.fingerprint and runner.fingerprint != execution.fingerprint:
-                raise ConfigurationError(
-                    f"Execution {execution.execution_id!r} was started by {execution.root_path} with definition "
-                    f"{execution.fingerprint}; the one loaded here is {runner.fingerprint}. Its nodes, tools or "
-                    f"members changed: continue it with the code that started it, or cancel it."
-                )
-            return runner
-        return None
+        return runner_for(self.runners, execution)
 
     async def decide(self, execution_id: str, value: BaseModel | dict[str, Any], *, path: str | None = None,
                      seq: int | None = None, by: str | None = None) -> None:
@@ -197,10 +159,9 @@ class Operator:
 
         The execution is ``decided`` until a process with its runner carries the decision out.
         """
-        async with Runtime(self.store) as rt:
-            await rt.claim(execution_id, value, path=path, seq=seq, by=by)
+        await Executions(self.store).decide(execution_id, value, path=path, seq=seq, by=by)
 
-    async def carry_on(self, execution_id: str, value: BaseModel | dict[str, Any] | None = None, *,
+    async def resume(self, execution_id: str, value: BaseModel | dict[str, Any] | None = None, *,
                        path: str | None = None, force: bool = False, by: str | None = None) -> RunResult:
         """Continue an execution in this process: with a decision, or from its journal.
 
@@ -223,8 +184,7 @@ class Operator:
 
     async def cancel(self, execution_id: str, *, force: bool = False) -> RunResult:
         """Stop a paused or crashed execution for good."""
-        async with Runtime(self.store) as rt:
-            return await rt.cancel(execution_id, force=force)
+        return await Executions(self.store).cancel(execution_id, force=force)
 
     async def prune(self, older_than: timedelta) -> int:
         """Delete finished executions last updated longer ago than ``older_than``."""

@@ -21,18 +21,20 @@ import anyio.abc
 from pydantic import TypeAdapter
 from tether.stores import ConfigurationError, SerializationError, StaleLease, Store, UsageError
 
-from . import _delta
-from ._actor import Actor, ActorContext, ActorFactory, segment
-from ._errors import ActorCrashed, ActorStopped, SupervisionEscalated
-from ._execution import ExecutionState, Start
-from ._idempotent import Step, current_step
-from ._interrupt import Answer, CallScope, Interrupted, Parked, Suspended, Suspension, current_call
-from ._journal import ActorJournal, MessageCodec
-from ._ref import ActorRef, Envelope, Reply
-from ._supervision_types import RestartPolicy, SupervisionStrategy
+from . import delta as _delta
+from .actor import Actor, ActorContext, ActorFactory, segment
+from .errors import ActorCrashed, ActorStopped, SupervisionEscalated
+from .execution import ExecutionState, Start
+from .idempotent import Step, current_step
+from .interrupt import Answer, CallScope, Interrupted, Parked, Suspended, Suspension, current_call
+from .journal import ActorJournal, MessageCodec
+from .policies import RestartPolicy, SupervisionStrategy
+from .ref import ActorRef, Envelope, MsgT, Reply, ReplyT
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+    from .hooks import Hooks
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class Settings:
     lease_seconds: float
     snapshot_every: int
     owner: str
+    hooks: Hooks
 
 
 class Slot:
@@ -53,15 +56,15 @@ class Slot:
                  shutdown_timeout: float, journal: ActorJournal | None, *, root: bool = False,
                  fresh: bool = False) -> None:
         self.group = group
-        self.execution = group.execution
+        self.execution: ExecutionState | None = group.execution
         self.root = root  # the root actor of an execution
-        self.fresh = fresh  # its journal is known to be empty: the first incarnation loads nothing
+        self.fresh: bool = fresh  # its journal is known to be empty: the first incarnation loads nothing
         self.factory = factory
         self.path = path
         self.restart = restart
         self.shutdown_timeout = shutdown_timeout
         self.journal = journal
-        self.ref = ActorRef(self)
+        self.ref: ActorRef[Any, Any] = ActorRef(self)
         self._send: MemoryObjectSendStream[Envelope]
         self._recv: MemoryObjectReceiveStream[Envelope]
         self._send, self._recv = anyio.create_memory_object_stream[Envelope](group.settings.mailbox_size)
@@ -73,13 +76,13 @@ class Slot:
         self.steps: dict[int, dict[str, Any]] = {}  # durable step results per inbox seq
         self.finish: tuple[bool, Any] = (False, None)
         self.generation = 0         # which incarnation is current
-        self.cold = True            # next incarnation is the first in this process
-        self.quitting = False       # leave the loop after the current message
-        self.terminated = False     # never runs again
-        self.started = False
+        self.cold: bool = True          # next incarnation is the first in this process
+        self.quitting: bool = False     # leave the loop after the current message
+        self.terminated: bool = False   # never runs again
+        self.started: bool = False
         self.idle_scope: anyio.CancelScope | None = None
-        self.scope = anyio.CancelScope()
-        self.done = anyio.Event()
+        self.scope: anyio.CancelScope = anyio.CancelScope()
+        self.done: anyio.Event = anyio.Event()
 
     async def deliver(self, envelope: Envelope) -> None:
         if self.terminated:
@@ -273,7 +276,7 @@ class Slot:
             if isinstance(signal, Interrupted):  # the innermost actor records the pending row
                 await self.journal.record_suspension(envelope.inbox_seq, before, signal.path,
                                                      signal.reason, signal.context, signal.expect,
-                                                     signal.deadline, signal.default)
+                                                     signal.timeout, signal.default)
             elif isinstance(signal, Parked) and self.execution is not None:
                 self.execution.wake_at(signal.due)  # a durable sleep: no row, a time to wake
         self.parked = envelope
@@ -338,11 +341,11 @@ class Group:
         self._exits_send, self._exits_recv = anyio.create_memory_object_stream[
             tuple[Slot, int, BaseException | None]
         ](math.inf)
-        self.watching = False  # the watcher starts with the first child: most actors have none
+        self.watching: bool = False  # the watcher starts with the first child: most actors have none
 
     async def start_child(
         self,
-        factory: ActorFactory,
+        factory: ActorFactory[MsgT, ReplyT],
         name: str,
         *,
         restart: RestartPolicy = "permanent",
@@ -351,7 +354,7 @@ class Group:
         execution_id: str | None = None,
         root: bool = False,
         fresh: bool = False,
-    ) -> ActorRef:
+    ) -> ActorRef[MsgT, ReplyT]:
         kind = getattr(factory, "kind", "actor")
         own = segment(kind, name)
         path = f"{self.owner_path}/{own}" if self.owner_path else own
@@ -374,12 +377,13 @@ class Group:
             codec = MessageCodec(path, (Start, *getattr(factory, "messages", ())))
             if self.execution is not None:
                 # Inside an execution every actor journals into it, under its one lease.
-                journal = ActorJournal(self.execution.holder, path, codec, self.settings.snapshot_every)
+                journal = ActorJournal(self.execution.holder, path, codec, self.settings.snapshot_every,
+                                       self.settings.hooks)
             else:
                 journal = await ActorJournal.open(
                     store, execution_id or path, path, getattr(factory, "__qualname__", kind), codec,
                     owner=self.settings.owner, lease_seconds=self.settings.lease_seconds,
-                    snapshot_every=self.settings.snapshot_every,
+                    snapshot_every=self.settings.snapshot_every, hooks=self.settings.hooks,
                 )
         slot = Slot(self, factory, path, restart, shutdown_timeout, journal, root=root, fresh=fresh)
         if not self.watching:

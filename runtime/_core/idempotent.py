@@ -30,15 +30,14 @@ from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError
 from tether.stores import ConfigurationError, SerializationError, UsageError
 
-from . import _faults
-from ._interrupt import Suspension, content_digest, current_call, current_segment, taking as _taking
+from .interrupt import Suspension, content_digest, current_call, current_segment, taking as _taking
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from tether.stores import IdempotencyRecord
 
-    from ._journal import ActorJournal
+    from .journal import ActorJournal
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -209,13 +208,13 @@ def idempotent(
                     result = await func(*args, **kwargs)
                 except BaseException as exc:
                     if not isinstance(exc, Exception | Suspension):
-                        _faults.cut(record_key)  # cancelled mid-effect: no record will follow
+                        journal.hooks.cut(record_key)  # cancelled mid-effect: no record will follow
                     raise
                 finally:
                     _taking.reset(watch)
                     _current_key.reset(token)
-                    _faults.ran(qualname, record_key)
-                _faults.reached("before_record")
+                    journal.hooks.ran(qualname, record_key)
+                journal.hooks.faults.reached("before_record")
                 await journal.store.put_idempotent(journal.lease, record_key, record(result, taken))
                 return result
 
@@ -251,8 +250,8 @@ def idempotent(
             finally:
                 _taking.reset(watch)
                 _current_key.reset(token)
-                _faults.ran(qualname, record_key)
-            _faults.reached("before_record")
+                journal.hooks.ran(qualname, record_key)
+            journal.hooks.faults.reached("before_record")
             anyio.from_thread.run(journal.store.put_idempotent, journal.lease, record_key, record(result, taken))
             return result
 

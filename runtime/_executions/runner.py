@@ -1,19 +1,32 @@
-"""What every runner (`Chain`, `Agent`) shares: a root actor driven through a `Runtime`."""
+"""`Runner`: what every runner (`Chain`, `Agent`, `Swarm`, `Supervisor`) shares.
+
+A runner is a named root actor over a store: `run` starts an execution in a
+`Runtime` of its own, `resume` continues one, `decide` records a decision with
+the store alone, and `drive` runs one a worker leased. The operator surface and
+the worker know runners only through this class.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from typing import TYPE_CHECKING, Any
 
-from tether.runtime import Resume, RunResult, Runtime
-from tether.runtime._actor import check_name
-from tether.stores import ConfigurationError
+from tether.runtime._core.actor import check_name
+from tether.stores import ConfigurationError, NewExecution
+
+from .runtime import Runtime
+from .service import Executions
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pydantic import BaseModel, JsonValue
-    from tether.runtime import Actor
-    from tether.stores import Lease, Store
+    from tether.runtime._core.actor import Actor
+    from tether.runtime._core.execution import RunResult
+    from tether.runtime._core.interrupt import Resume
+    from tether.stores import Execution, Lease, Store
 
 
 class Runner:
@@ -93,28 +106,61 @@ class Runner:
             return await self.run(input, execution_id=execution_id)
         data = self._input(input)
         actor = self._prepare()
-        async with Runtime(self._store(), lease_seconds=self.lease_seconds) as rt:
-            return await rt.enqueue(actor, data, execution_id=execution_id, name=self.name)
+        return await Executions(self._store()).enqueue(
+            NewExecution(execution_id=execution_id, runner=actor.__qualname__, root_path=self.root_path,
+                         fingerprint=self.fingerprint, input=data)
+        )
+
+    async def decide(
+        self,
+        execution_id: str,
+        value: Resume | BaseModel | dict[str, Any],
+        *,
+        path: str | None = None,
+        seq: int | None = None,
+        by: str | None = None,
+    ) -> None:
+        """Record a decision (claimed exactly once) and leave the run to whoever takes it up.
+
+        The execution is ``decided`` afterwards: a worker with this runner, or a
+        later `resume` without a value, carries the decision out. Only the store
+        is used: no actor runs here.
+
+        Raises:
+            AlreadyResumed: Someone decided first; nothing changed.
+            NoPendingInterrupt, LeaseHeld, ExecutionNotFound: As for `resume`.
+            pydantic.ValidationError: ``value`` is not a valid decision; nothing was claimed.
+        """
+        await Executions(self._store(), lease_seconds=self.lease_seconds).decide(
+            execution_id, value, path=path, seq=seq, by=by
+        )
 
     async def submit_resume(
         self, execution_id: str, value: Resume | BaseModel | dict[str, Any], *, path: str | None = None
     ) -> None:
-        """Record a decision (claimed exactly once) and leave the run to a worker.
+        """Deprecated name of `decide`."""
+        warnings.warn(f"{type(self).__name__}.submit_resume() is now .decide()", DeprecationWarning, stacklevel=2)
+        await self.decide(execution_id, value, path=path)
 
-        Raises:
-            AlreadyResumed: Someone decided first; nothing changed.
-        """
-        async with Runtime(self._store(), lease_seconds=self.lease_seconds) as rt:
-            await rt.claim(execution_id, value, path=path)
-
-    async def run_leased(self, lease: Lease, *, lease_seconds: float | None = None) -> RunResult:
+    async def drive(self, lease: Lease, *, lease_seconds: float | None = None,
+                    execution: Execution | None = None, runtime: Runtime | None = None) -> RunResult:
         """Run an execution a worker leased with `Store.take_work` (what `ExecutionWorker` calls).
 
         ``lease_seconds`` is the worker's: its renewals must match the lease it took.
+        ``execution`` is its row, when the caller read it already. ``runtime`` hosts
+        the run (a worker's, open for its life); without one, a runtime is opened
+        for this run alone, on the runner's store.
         """
         actor = self._prepare()
+        if runtime is not None:
+            return self._typed(await runtime.drive(actor, lease, execution=execution))
         async with Runtime(self._store(), lease_seconds=lease_seconds or self.lease_seconds) as rt:
-            return self._typed(await rt.drive(actor, lease))
+            return self._typed(await rt.drive(actor, lease, execution=execution))
+
+    async def run_leased(self, lease: Lease, *, lease_seconds: float | None = None) -> RunResult:
+        """Deprecated name of `drive`."""
+        warnings.warn(f"{type(self).__name__}.run_leased() is now .drive()", DeprecationWarning, stacklevel=2)
+        return await self.drive(lease, lease_seconds=lease_seconds)
 
     async def resume(
         self,
@@ -137,6 +183,25 @@ class Runner:
         actor = self._prepare()
         async with Runtime(self._store(), lease_seconds=self.lease_seconds) as rt:
             return self._typed(await rt.resume(actor, execution_id, value, path=path, force=force, by=by))
+
+
+def runner_for(runners: Sequence[Runner], execution: Execution) -> Runner | None:
+    """The runner among ``runners`` that continues ``execution``, or None if there is none.
+
+    Raises:
+        ConfigurationError: A runner of that name is here, but its definition changed.
+    """
+    for runner in runners:
+        if runner.root_path != execution.root_path:
+            continue
+        if execution.fingerprint and runner.fingerprint != execution.fingerprint:
+            raise ConfigurationError(
+                f"Execution {execution.execution_id!r} was started by {execution.root_path} with definition "
+                f"{execution.fingerprint}; the one loaded here is {runner.fingerprint}. Its nodes, tools or "
+                f"members changed: continue it with the code that started it, or cancel it."
+            )
+        return runner
+    return None
 
 
 def _digest(described: str) -> str:

@@ -49,6 +49,7 @@ from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
+from tether.runtime._core.interrupt import Resume
 from tether.stores import (
     AlreadyResumed,
     ConfigurationError,
@@ -61,14 +62,14 @@ from tether.stores import (
 )
 
 from . import _pages
-from ._interrupt import Resume
-from ._operator import Operator, Resumable
+from ._operator import Operator
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
     from starlette.requests import Request
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
+    from tether.runtime._executions.runner import Runner
     from tether.stores import Store
 
 log = logging.getLogger("tether.http")
@@ -86,7 +87,7 @@ WAIT_CAP = 60.0
 
 def create_app(
     store: Store,
-    runners: list[Resumable] | tuple[Resumable, ...] = (),
+    runners: Sequence[Runner] = (),
     *,
     token: str | None = None,
     secure_cookies: bool = False,
@@ -209,7 +210,7 @@ def create_app(
 
     async def carry_on(execution_id: str, done: anyio.Event) -> None:
         try:
-            result = await operator.carry_on(execution_id)
+            result = await operator.resume(execution_id)
             log.info("execution %s continued: %s", execution_id, result.status)
         except Exception:
             log.exception("execution %s could not continue here; a recovery will carry it on", execution_id)

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, get_args, get_origin
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar, get_args, get_origin
 
 import anyio.to_thread
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 from tether.stores import ConfigurationError, SerializationError, UsageError
 
-from ._idempotent import current_step
-from ._supervision_types import RestartPolicy, SupervisionStrategy
+from .idempotent import current_step
+from .policies import RestartPolicy, SupervisionStrategy
+from .ref import MsgT, MsgT_contra, ReplyT, ReplyT_co
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from ._ref import ActorRef
-    from ._supervision import Group
+    from .ref import ActorRef
+    from .supervision import Group
 
 
 class NoState(BaseModel):
@@ -27,13 +27,18 @@ class NoState(BaseModel):
 StateT = TypeVar("StateT", bound=BaseModel)
 
 
-class Actor(Generic[StateT]):
+class Actor(Generic[StateT, MsgT_contra, ReplyT_co]):
     """Subclass this and implement `receive`; the runtime does the rest.
 
-    The type argument is the actor's state model. The runtime creates it (from its
+    The first type argument is the actor's state model. The runtime creates it (from its
     defaults, or restored from the journal for a durable actor) before the first
     message, as ``self.state``. Handlers change ``self.state`` freely: for a
     durable actor the runtime journals what each message changed.
+
+    The optional second and third are the messages it takes and the reply it returns
+    (both ``Any`` when left out): ``spawn`` then returns an ``ActorRef[Deposit, int]``,
+    so a type checker refuses ``ref.send("oops")``. They are for type checkers only;
+    ``messages`` still says which models a durable actor reads back from its journal.
 
     Example:
         ```python
@@ -43,12 +48,11 @@ class Actor(Generic[StateT]):
         class Account(BaseModel):
             balance: int = 0
 
-        class AccountActor(Actor[Account]):
+        class AccountActor(Actor[Account, Deposit, int]):
             kind = "account"
             messages = (Deposit,)
 
-            async def receive(self, message: BaseModel) -> Any:
-                assert isinstance(message, Deposit)
+            async def receive(self, message: Deposit) -> int:
                 self.state.balance += message.amount
                 return self.state.balance
         ```
@@ -77,7 +81,8 @@ class Actor(Generic[StateT]):
         super().__init_subclass__(**kwargs)
         for base in getattr(cls, "__orig_bases__", ()):
             if get_origin(base) is Actor:
-                (argument,) = get_args(base)
+                # The state model; Actor[S] alone also lists the defaults of the other two.
+                argument = get_args(base)[0]
                 # Actor[BaseModel] says "no particular state": BaseModel itself cannot be built.
                 if isinstance(argument, type) and issubclass(argument, BaseModel) and argument is not BaseModel:
                     cls.state_type = argument
@@ -88,7 +93,7 @@ class Actor(Generic[StateT]):
         Spawn children here: a restarted actor runs it again.
         """
 
-    async def receive(self, message: Any) -> Any:
+    async def receive(self, message: MsgT_contra) -> ReplyT_co:
         """Handle one message and return the reply (``ask`` gets it; ``send`` drops it)."""
         raise NotImplementedError(f"{type(self).__name__} must implement receive()")
 
@@ -157,13 +162,13 @@ class ActorContext:
 
     async def spawn(
         self,
-        factory: ActorFactory,
+        factory: ActorFactory[MsgT, ReplyT],
         name: str,
         *,
         restart: RestartPolicy = "permanent",
         shutdown_timeout: float = 5.0,
         durable: bool = False,
-    ) -> ActorRef:
+    ) -> ActorRef[MsgT, ReplyT]:
         """Start a child of this actor; it is stopped before this actor stops.
 
         Arguments are those of `Runtime.spawn`.
@@ -172,8 +177,12 @@ class ActorContext:
                                              shutdown_timeout=shutdown_timeout, durable=durable)
 
 
-ActorFactory = Any
-"""A zero-argument callable returning a fresh `Actor`, usually the Actor subclass itself."""
+ActorFactory: TypeAlias = Callable[[], Actor[Any, MsgT, ReplyT]]
+"""A zero-argument callable returning a fresh `Actor`, usually the Actor subclass itself.
+
+``ActorFactory[M, R]`` makes actors that take ``M`` and reply ``R``; a bare
+``ActorFactory`` makes any actor.
+"""
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:

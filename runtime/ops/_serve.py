@@ -12,12 +12,12 @@ from tether.stores import ConfigurationError, StoreNotFound, open_store
 from ._http import create_app
 
 if TYPE_CHECKING:
-    from ._operator import Resumable
+    from tether.runtime._executions.runner import Runner
 
 log = logging.getLogger("tether.http")
 
 
-def serve_forever(store_url: str, runners: list[Resumable], *, host: str, port: int, token: str | None,
+def serve_forever(store_url: str, runners: list[Runner], *, host: str, port: int, token: str | None,
                   backend: str) -> None:
     """Serve until interrupted. Off loopback, a token is required.
 

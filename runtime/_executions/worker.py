@@ -18,35 +18,35 @@ worker process at a time (a file lock says so).
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import logging
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Self
 
 import anyio
 import anyio.abc
+from tether.runtime._core.hooks import installed
+from tether.runtime._core.owners import process_owner, tag
 from tether.stores import (
     AlreadyResumed,
     ConfigurationError,
     ExecutionFinished,
     LeaseHeld,
     NoPendingInterrupt,
-    SQLiteStore,
     StoreError,
 )
 
-from . import _clock
-from ._operator import Operator
-from ._owners import process_owner, tag
+from .runner import runner_for
+from .runtime import Runtime
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from datetime import datetime
     from types import TracebackType
 
-    from tether.stores import Lease, Store
+    from tether.runtime._core.execution import RunResult
+    from tether.stores import Lease, Listener, Store
 
-    from ._execution import RunResult
-    from ._operator import Resumable
+    from .runner import Runner
 
 log = logging.getLogger("tether.worker")
 
@@ -64,6 +64,8 @@ class ExecutionWorker:
         name: Its lease owner name (default: this process's identity and a random tag).
         on_result: Called with each result (an end, or a pause) of a run it made.
         notify: Listen for Postgres notifications (else poll only).
+        clock: What approval deadlines are read on (default: the real clock, or
+            the testing kit's `Clock`).
 
     Example:
         ```python
@@ -75,7 +77,7 @@ class ExecutionWorker:
     def __init__(
         self,
         store: Store,
-        runners: Sequence[Resumable],
+        runners: Sequence[Runner],
         *,
         concurrency: int = 4,
         lease_seconds: float = 30.0,
@@ -83,43 +85,48 @@ class ExecutionWorker:
         name: str | None = None,
         on_result: Callable[[RunResult], object] | None = None,
         notify: bool = True,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError(f"concurrency={concurrency}: a worker runs at least one execution at a time.")
         if not runners:
             raise ConfigurationError("A worker needs runners (--app module:attr): it only takes their executions.")
         self.store = store
-        self.operator = Operator(store, list(runners))
+        self.runners: list[Runner] = list(runners)
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
         # The process's identity leads the name, so that a run it held when it died is taken
-        # over at once by a recovery on the same machine (see _owners.py).
-        self.name = name or f"{process_owner()}/w{tag()}"
+        # over at once by a recovery on the same machine (see _core/owners.py).
+        self.name: str = name or f"{process_owner()}/w{tag()}"
         self.on_result = on_result
+        self.clock = clock
         self.notify = notify
-        self.completed = 0
+        self.completed: int = 0
         """Runs this worker took to an end or a pause."""
         self._running: set[str] = set()
         self._wake = anyio.Event()
         self._stopping = False
-        self._listener: Any = None
-        self._lock_file: IO[str] | None = None
+        self._listener: Listener | None = None
+        self._slot = contextlib.ExitStack()
+        self._runtime: Runtime | None = None
 
     async def __aenter__(self) -> Self:
-        if isinstance(self.store, SQLiteStore):
-            self._lock_file = _exclusive(Path(self.store.path + ".worker.lock"))
-        await self._listen()
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self.store.worker_slot())  # refused at once if the store admits no other worker
+            await self._listen()
+            self._slot = stack.pop_all()
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         listener, self._listener = self._listener, None
-        if listener is not None:
-            await listener.aclose()
-        if self._lock_file is not None:
-            self._lock_file.close()  # releases the lock
+        try:
+            if listener is not None:
+                await listener.aclose()
+        finally:
+            self._slot.close()
 
     def stop(self) -> None:
         """Take no more work; `serve` returns once what it runs has finished."""
@@ -133,7 +140,9 @@ class ExecutionWorker:
         pause; the rest are stopped and their leases handed back at once, so
         another worker continues them from their journals.
         """
-        async with anyio.create_task_group() as tg:
+        # One runtime for all of serve hosts every run it takes; each run's tree is its own.
+        async with Runtime(self.store, lease_seconds=self.lease_seconds, clock=self.clock) as self._runtime, \
+                anyio.create_task_group() as tg:
             while not self._stopping:
                 taken = await self._take(tg)
                 if until_idle and not taken and not self._running:
@@ -155,7 +164,7 @@ class ExecutionWorker:
             if free <= 0:
                 return 0
             leases = await self.store.take_work(owner=self.name, lease_seconds=self.lease_seconds, limit=free,
-                                                roots=[r.root_path for r in self.operator.runners])
+                                                roots=[r.root_path for r in self.runners])
             if self.notify and (self._listener is None or self._listener.closed):
                 await self._listen()  # the server restarted, say: notifications again
         except StoreError as exc:  # the database is away: try again at the next poll
@@ -167,17 +176,17 @@ class ExecutionWorker:
         return len(leases)
 
     async def _fire_deadlines(self) -> None:
-        await decide_overdue(self.store)
+        await decide_overdue(self.store, now=self.clock)
 
     async def _run(self, lease: Lease) -> None:
         try:
             execution = await self.store.get_execution(lease.execution_id)
-            runner = self.operator.runner_for(execution) if execution is not None else None
+            runner = runner_for(self.runners, execution) if execution is not None else None
             if runner is None:  # take_work only hands out our roots; deleted meanwhile
                 await self.store.release_lease(lease)
                 return
             runner.store = self.store
-            result = await runner.run_leased(lease, lease_seconds=self.lease_seconds)
+            result = await runner.drive(lease, execution=execution, runtime=self._runtime)
             self.completed += 1
             log.info("worker %s ran %s: %s", self.name, lease.execution_id, result.status)
             if self.on_result is not None:
@@ -190,11 +199,10 @@ class ExecutionWorker:
             self._poke()
 
     async def _listen(self) -> None:
-        listen: Any = getattr(self.store, "listen", None)
-        if listen is None or not self.notify:
+        if not self.notify:
             return
         try:
-            self._listener = await listen(self._poke)
+            self._listener = await self.store.listen(self._poke)
         except StoreError as exc:
             log.warning("worker %s polls only: cannot listen for notifications (%s)", self.name, exc)
 
@@ -204,7 +212,7 @@ class ExecutionWorker:
 
 async def serve_executions(
     store: Store,
-    runners: Sequence[Resumable],
+    runners: Sequence[Runner],
     *,
     concurrency: int = 4,
     lease_seconds: float = 30.0,
@@ -238,18 +246,20 @@ async def serve_executions(
         await worker.serve()
 
 
-async def decide_overdue(store: Store, roots: Sequence[str] | None = None) -> list[str]:
+async def decide_overdue(store: Store, roots: Sequence[str] | None = None, *,
+                         now: Callable[[], datetime] | None = None) -> list[str]:
     """Claim every pending interrupt whose deadline has passed with its default.
 
     Args:
         store: Where the interrupts are pending.
         roots: Only those of executions under these root paths (default: all).
+        now: The clock deadlines are read on (default: the installed hooks').
 
     Returns:
         The ids of the executions decided (a worker takes them up as ready work).
     """
     decided: list[str] = []
-    for row in await store.list_pending(due_before=_clock.now(), limit=100):
+    for row in await store.list_pending(due_before=(now or installed().now)(), limit=100):
         if roots is not None and not any(row.agent_path == root or row.agent_path.startswith(root + "/")
                                          for root in roots):
             continue
@@ -260,17 +270,3 @@ async def decide_overdue(store: Store, roots: Sequence[str] | None = None) -> li
         except (AlreadyResumed, NoPendingInterrupt, LeaseHeld, ExecutionFinished):
             pass  # a person (or another worker) decided first
     return decided
-
-
-def _exclusive(path: Path) -> IO[str]:
-    """Hold an exclusive lock on ``path`` for as long as the file stays open."""
-    handle = path.open("a")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        raise ConfigurationError(
-            f"Another tether worker already works on this SQLite store ({path} is locked). SQLite "
-            f"supports one worker process at a time; use Postgres for several."
-        ) from None
-    return handle

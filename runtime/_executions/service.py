@@ -1,0 +1,203 @@
+"""The execution service: what is done to an execution with the store alone, no actor tree.
+
+Deciding a pending interrupt, cancelling, reading where a run stands and taking
+a lease over are a few store calls each, and open no task group. A `Runtime`
+uses the same service when it runs and resumes executions; an operator, a
+server or a worker use it directly.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+from tether.runtime._core.execution import RunResult
+from tether.runtime._core.hooks import Hooks, installed
+from tether.runtime._core.interrupt import Resume, loaded_model
+from tether.runtime._core.journal import take_lease
+from tether.runtime._core.owners import is_dead, process_owner, tag
+from tether.stores import ConfigurationError, ExecutionFinished, ExecutionNotFound, LeaseHeld
+
+if TYPE_CHECKING:
+    from tether.stores import Execution, JournalEntry, Lease, NewExecution, Store
+
+
+class Executions:
+    """The executions of one store, as a process that may hold their leases acts on them.
+
+    Args:
+        store: Where the executions live.
+        lease_seconds: How long a lease this service takes lasts without renewal.
+        hooks: The clock and crash points (see `Runtime`); default: the installed ones.
+        owner: This process's lease owner name (default: one naming this process).
+    """
+
+    def __init__(self, store: Store, *, lease_seconds: float = 30.0, hooks: Hooks | None = None,
+                 owner: str | None = None) -> None:
+        self.store = store
+        self.lease_seconds = lease_seconds
+        self.hooks: Hooks = hooks if hooks is not None else installed()
+        # The process's identity leads the name: a run it held when it died is taken over
+        # at once by a recovery on the same machine (see _core/owners.py).
+        self.owner: str = owner or f"{process_owner()}/{tag()}"
+
+    def drive_owner(self, execution_id: str, *, drive: bool = True) -> str:
+        """A lease owner for one drive: two drives of one id in this process exclude each other.
+
+        After a test's simulated crash, the first drive inherits the dead run's lease
+        (a decision only borrows the dead owner's name, to be let past its lease).
+        """
+        heirs = self.hooks.heirs
+        heir = heirs.pop(execution_id, None) if drive else heirs.get(execution_id)
+        return heir or f"{self.owner}/{tag()}"
+
+    async def decide(
+        self,
+        execution_id: str,
+        value: BaseModel | dict[str, Any],
+        *,
+        path: str | None = None,
+        seq: int | None = None,
+        by: str | None = None,
+        force: bool = False,
+        owner: str | None = None,
+        journal: list[JournalEntry] | None = None,
+    ) -> JournalEntry:
+        """Record a decision for a pending interrupt: checked, claimed once, journaled.
+
+        The decision is validated against the model the suspended call expects
+        (read from its journal, or from ``journal`` when the caller already read
+        it) before anything is claimed. Afterwards the execution is ``decided``
+        and whichever process next takes it up carries the decision out. A
+        decision claimed past the lease of a process that provably died (or
+        any, with ``force``) is carried out by whoever takes the lease over;
+        without an ``owner`` that will, the run is handed over as decided at once.
+
+        Returns:
+            The ``resumed`` journal entry the claim wrote.
+
+        Raises:
+            AlreadyResumed: Someone else claimed this interrupt first; nothing changed.
+            NoPendingInterrupt: Nothing is pending at ``path``.
+            LeaseHeld: Another live process runs the execution.
+            ExecutionNotFound: No such execution.
+            ExecutionFinished: It was cancelled (a decision for it is refused).
+            ConfigurationError: The expected decision type is not defined in this process.
+            pydantic.ValidationError: ``value`` is not a valid decision; nothing was claimed.
+        """
+        if journal is None:
+            journal = await self.store.read_journal(execution_id)
+        decision = self._checked(execution_id, value, path, journal)
+        carrier = owner or self.drive_owner(execution_id, drive=False)
+        try:
+            entry = await self.store.claim(execution_id, decision, path=path, seq=seq, owner=carrier, by=by)
+        except LeaseHeld as held:
+            if not (force or is_dead(held.owner)):
+                raise
+            # Its process is gone: the decision is carried out by whoever takes the lease over.
+            entry = await self.store.claim(execution_id, decision, path=path, seq=seq, owner=held.owner, by=by)
+            self.hooks.faults.reached("after_claim")
+            if owner is None:
+                # Nobody here carries it on: hand the run over as decided now, not when that lease expires.
+                lease = await self.take_over(execution_id, f"{self.owner}/{tag()}")
+                if lease is not None:
+                    await self.store.release_lease(lease, status="decided", wake_at=datetime.now(UTC))
+            return entry
+        self.hooks.faults.reached("after_claim")
+        return entry
+
+    def _checked(self, execution_id: str, value: BaseModel | dict[str, Any], path: str | None,
+                 journal: list[JournalEntry]) -> dict[str, Any]:
+        """The decision as JSON, checked against the model its suspended call expects."""
+        data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        asked = [payload for payload in _pending_suspensions(journal) if path is None or payload.get("path") == path]
+        expected: type[BaseModel] = Resume
+        if len(asked) == 1:
+            name = asked[0].get("expect")
+            if isinstance(name, str):
+                found = loaded_model(name)
+                if found is None:
+                    raise ConfigurationError(
+                        f"The interrupt of {execution_id!r} at {asked[0].get('path')!r} expects a decision of "
+                        f"type {name.rpartition(':')[2]} ({name}), which this process does not define, so it "
+                        f"cannot check this one; nothing was claimed. Decide from a process that loads the "
+                        f"application's code (--app module:attr)."
+                    )
+                expected = found
+        # Raises pydantic.ValidationError; nothing has been claimed yet.
+        return expected.model_validate(data).model_dump(mode="json")
+
+    async def take_over(self, execution_id: str, owner: str, *, root_path: str | None = None,
+                        force: bool = False) -> Lease | None:
+        """Take the execution's lease, or None if it finished meanwhile (another process ran it).
+
+        A lease whose owner provably died on this machine is taken at once, and so is
+        any lease when ``force``; either way the journal records the takeover, at
+        ``root_path`` (looked up when not given).
+
+        Raises:
+            LeaseHeld: A live owner (or one that cannot be judged) holds it, and not ``force``.
+            ExecutionNotFound: No such execution.
+        """
+        if root_path is None:
+            execution = await self.store.get_execution(execution_id)
+            if execution is None:
+                raise ExecutionNotFound(execution_id)
+            root_path = execution.root_path
+        try:
+            return await take_lease(self.store, execution_id, owner=owner, lease_seconds=self.lease_seconds,
+                                    path=root_path, force=force)
+        except ExecutionFinished:
+            return None
+
+    async def cancel(self, execution_id: str, *, force: bool = False) -> RunResult:
+        """Stop a paused (or crashed) execution for good: ``cancelled``, nothing pending.
+
+        The lease of a process that died on this machine is taken over at once; with
+        ``force``, any lease is.
+
+        Raises:
+            LeaseHeld: A live process is running it; cancel it there.
+            ExecutionNotFound: No such execution.
+        """
+        lease = await self.take_over(execution_id, f"{self.owner}/{tag()}", force=force)
+        if lease is not None:
+            await self.store.release_lease(lease, status="cancelled")
+        return await self.result(execution_id)
+
+    async def result(self, execution_id: str) -> RunResult:
+        """Where the execution stands now, from the store.
+
+        Raises:
+            ExecutionNotFound: No such execution.
+        """
+        execution = await self.store.get_execution(execution_id)
+        if execution is None:
+            raise ExecutionNotFound(execution_id)
+        return await self.result_of(execution)
+
+    async def result_of(self, execution: Execution) -> RunResult:
+        """`result` for an execution row already read."""
+        paused = execution.status == "paused"
+        pending = await self.store.list_pending(execution_id=execution.execution_id) if paused else []
+        return RunResult(execution_id=execution.execution_id, status=execution.status, output=execution.result,
+                         pending_interrupt=pending[0] if pending else None, pending=pending,
+                         error=execution.error)
+
+    async def enqueue(self, new: NewExecution) -> RunResult:
+        """Record an execution for a worker to start (``queued``); an id already known is left as it is."""
+        started = await self.store.enqueue_execution(new)
+        return await self.result_of(started.execution)
+
+
+def _pending_suspensions(journal: list[JournalEntry]) -> list[dict[str, Any]]:
+    """What the suspensions no decision answered yet asked (path, reason, expected type), oldest first.
+
+    Only to pick the model a decision is checked against: whether one is still
+    pending is the claim's to say, in its transaction.
+    """
+    answered = {entry.payload.get("suspended_seq") for entry in journal
+                if entry.kind == "resumed" and isinstance(entry.payload, dict)}
+    return [entry.payload for entry in journal
+            if entry.kind == "suspended" and isinstance(entry.payload, dict) and entry.seq not in answered]
