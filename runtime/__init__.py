@@ -77,6 +77,7 @@ from ._core.policies import RestartPolicy as RestartPolicy, SupervisionStrategy 
 from ._core.ref import ActorRef as ActorRef
 from ._core.timers import sleep as sleep, sleep_until as sleep_until
 from ._core.version import __version__ as __version__
+from ._executions.history import Boundary as Boundary, fork as fork, history as history
 from ._executions.runner import Runner as Runner
 from ._executions.runtime import Runtime as Runtime
 from ._executions.service import Executions as Executions
@@ -90,6 +91,7 @@ __all__ = (
     "ActorRef",
     "ActorStopped",
     "AlreadyResumed",
+    "Boundary",
     "ConfigurationError",
     "DuplicateInterrupt",
     "ExecutionFinished",
@@ -120,6 +122,8 @@ __all__ = (
     "UsageError",
     "__version__",
     "call_scope",
+    "fork",
+    "history",
     "idempotency_key",
     "idempotent",
     "interrupt",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tether.runtime._core.actor import check_name
 from tether.stores import ConfigurationError, NewExecution
 
+from .history import _UNSET, Boundary, fork, history
 from .runtime import Runtime
 from .service import Executions
 
@@ -161,6 +162,24 @@ class Runner:
         """Deprecated name of `drive`."""
         warnings.warn(f"{type(self).__name__}.run_leased() is now .drive()", DeprecationWarning, stacklevel=2)
         return await self.drive(lease, lease_seconds=lease_seconds)
+
+    async def history(self, execution_id: str) -> list[Boundary]:
+        """Every boundary of an execution, with its actor's state as of it (see `tether.runtime.history`)."""
+        return await history(self._store(), execution_id)
+
+    async def fork(self, execution_id: str, *, at: int | str, new_execution_id: str,
+                   update: JsonValue = _UNSET) -> RunResult:
+        """Fork an execution at a boundary and run the fork here, to its end or its first pause.
+
+        The original is not touched; the fork continues from that boundary as a
+        run recovered after a crash there would (see `tether.runtime.fork`), its
+        side effects after the boundary included.
+
+        Raises:
+            ExecutionNotFound, ConfigurationError: As for `tether.runtime.fork`.
+        """
+        await fork(self._store(), execution_id, at=at, new_execution_id=new_execution_id, update=update)
+        return await self.resume(new_execution_id)
 
     async def resume(
         self,

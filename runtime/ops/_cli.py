@@ -228,6 +228,61 @@ def show(settings: Settings, execution_id: str, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("execution_id")
+@json_option
+@store_options
+@pass_settings
+def history(settings: Settings, execution_id: str, as_json: bool) -> None:
+    """Every boundary of an execution: what it holds, and its actor's state as of it."""
+    boundaries = settings.run(lambda op: op.history(execution_id))
+    if as_json:
+        _print_json([b.as_json() for b in boundaries])
+        return
+    out = _out()
+    table = Table("#", "path", "label", "holds", "state")
+    for b in boundaries:
+        table.add_row(*map(Text, (str(b.seq), b.path, b.label, _json(b.value), _json(b.state) if b.state else "")))
+    if _fits(out, table):
+        out.print(table)
+        return
+    for b in boundaries:
+        _say(out, f"{b.seq:>3}  {b.path}  ", (b.label, "cyan"))
+        _say(out, _json(b.value), indent=5)
+
+
+@cli.command()
+@click.argument("execution_id")
+@click.option("--at", "at", required=True, metavar="BOUNDARY",
+              help="Where to fork: a seq from `tether history`, or a label such as node:b or turn:2.")
+@click.option("--as", "new_id", required=True, metavar="ID", help="The fork's execution id (a new one).")
+@click.option("--update", "update", metavar="JSON",
+              help="Replaces what the boundary holds: a step's result, or a decision's value.")
+@click.option("--app", metavar="MODULE:ATTR", help="Run the fork here with this runner; else a worker does.")
+@json_option
+@store_options
+@pass_settings
+def fork(settings: Settings, execution_id: str, at: str, new_id: str, update: str | None, app: str | None,
+         as_json: bool) -> None:
+    """A new execution from one boundary of this one, which stays as it is."""
+    where: int | str = int(at) if at.isdigit() else at
+    changes: dict[str, Any] = {}
+    if update is not None:
+        try:
+            changes["update"] = json.loads(update)
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--update") from None
+    result = settings.run(lambda op: op.fork(execution_id, at=where, new_execution_id=new_id,
+                                             run=app is not None, **changes), app)
+    if app is None and not as_json:
+        out = _out()
+        _say(out, (new_id, "bold"), f" forked from {execution_id} at {at}: recorded, not run. A worker with its "
+                                    f"runner continues it, or")
+        _say(out, settings.hint(f"recover {shlex.quote(new_id)} --app module:attr"), indent=4)
+        return
+    _print_result(settings, result, as_json)
+
+
+@cli.command()
+@click.argument("execution_id")
 @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE",
               help="A field of the decision (repeatable): approved=true, metadata.approver=alice.")
 @click.option("--decision", "raw", metavar="JSON", help="The whole decision as a JSON object.")

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether.runtime._executions import history as _history
 from tether.runtime._executions.runner import Runner, runner_for
 from tether.runtime._executions.service import Executions
 from tether.stores import ConfigurationError, ExecutionNotFound
@@ -182,6 +183,29 @@ class Operator:
         runner.store = self.store  # the operator's store is the one that holds this execution
         return await runner.resume(execution_id, value, path=path, force=force, by=by)
 
+    async def history(self, execution_id: str) -> list[_history.Boundary]:
+        """Every boundary of the execution, with its actor's state as of it."""
+        return await _history.history(self.store, execution_id)
+
+    async def fork(self, execution_id: str, *, at: int | str, new_execution_id: str,
+                   update: Any = _history._UNSET, run: bool = False) -> RunResult:
+        """Record a fork at a boundary; with ``run``, continue it here with its runner.
+
+        Raises:
+            ConfigurationError: As for `tether.runtime.fork`, or ``run`` without a runner here.
+        """
+        original = await self.store.get_execution(execution_id)
+        runner = self.runner_for(original) if original is not None and run else None
+        if run and original is not None and runner is None:
+            raise ConfigurationError(
+                f"No runner here for {original.root_path}: pass --app module:attr naming the runner that "
+                f"started {execution_id!r}, or leave the fork to a worker (without --app)."
+            )
+        await _history.fork(self.store, execution_id, at=at, new_execution_id=new_execution_id, update=update)
+        if runner is None:
+            return await Executions(self.store).result(new_execution_id)
+        return await self.resume(new_execution_id)
+
     async def cancel(self, execution_id: str, *, force: bool = False) -> RunResult:
         """Stop a paused or crashed execution for good."""
         return await Executions(self.store).cancel(execution_id, force=force)
@@ -244,6 +268,9 @@ def summarize(entry: JournalEntry, width: int = 100) -> str:
         how = f"forced by {payload.get('operator')}" if payload.get("forced") else \
             "its process was dead" if payload.get("dead") else "its lease had expired"
         text = f"lease taken over ({how}) from {payload.get('from')}"
+    elif entry.label == "fork" and isinstance(payload, dict):
+        text = f"forked from {payload.get('from')} at {payload.get('at')} ({payload.get('label')})" + \
+            (", updated" if payload.get("updated") else "")
     elif entry.kind == "snapshot":
         text = "state snapshot"
     elif entry.label == "inbox":

@@ -1,0 +1,193 @@
+"""An execution's boundaries, and forks that start a new execution from one of them.
+
+Every boundary of an execution is an entry of its journal: a message accepted,
+a step (a node, an LLM turn, a tool call) with its result, a suspension, a
+decision, a message handled. `history` lists them with the state of the actor
+that wrote each, as of that entry. `fork` copies the journal up to one of them
+into a new execution, which then continues from there exactly as a run
+recovered after a crash at that point: what the prefix holds is not done again,
+what comes after is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tether.runtime._core import delta
+from tether.runtime._core.hooks import names
+from tether.runtime._core.owners import process_owner, tag
+from tether.stores import ConfigurationError, ExecutionNotFound, NewEntry, NewExecution
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from pydantic import JsonValue
+    from tether.stores import Execution, JournalEntry, Store
+
+_UNSET: Any = object()
+"""``update`` not given (None is an update: a step whose result becomes null)."""
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """One boundary of an execution, as `history` gives it.
+
+    Attributes:
+        seq: Its place in the journal (1, 2, ...): what ``fork(at=...)`` takes.
+        path: The actor (or call) that wrote it, e.g. ``chain:refund``.
+        label: What it was: ``inbox``, ``node:charge``, ``turn:2``, ``msg:1``, ``suspended``.
+        kind: ``entry``, ``snapshot``, ``suspended`` or ``resumed``.
+        at: When it was committed.
+        value: What it holds: a step's result, the message accepted, the decision
+            taken, the reply and output of a message handled.
+        state: The state of the actor at ``path`` as of this boundary: the fields
+            its journal set, from snapshots and deltas (fields left at their
+            defaults do not appear).
+    """
+
+    seq: int
+    path: str
+    label: str
+    kind: str
+    at: datetime
+    value: Any
+    state: dict[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "path": self.path, "label": self.label, "kind": self.kind,
+                "at": self.at.isoformat(), "value": self.value, "state": self.state}
+
+
+async def history(store: Store, execution_id: str) -> list[Boundary]:
+    """Every boundary of an execution, oldest first, each with its actor's state as of it.
+
+    Raises:
+        ExecutionNotFound: No such execution.
+    """
+    loaded = await store.load_execution(execution_id)
+    if loaded is None:
+        raise ExecutionNotFound(execution_id)
+    states: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    boundaries = []
+    for entry in loaded[1]:
+        payload: Any = entry.payload
+        written = states.setdefault(entry.path, [])
+        if entry.kind == "snapshot":
+            written.append(("snapshot", payload))
+        elif entry.label.startswith("msg:") and isinstance(payload, dict):
+            written.append(("delta", payload.get("delta", {})))
+        boundaries.append(Boundary(entry.seq, entry.path, entry.label, entry.kind, entry.created_at,
+                                   _value(entry), delta.restore(written)))
+    return boundaries
+
+
+def _value(entry: JournalEntry) -> Any:
+    payload: Any = entry.payload
+    if not isinstance(payload, dict):
+        return payload
+    if entry.label == "inbox":
+        return payload.get("message")
+    if entry.kind == "resumed":
+        return payload.get("value")
+    if "step" in payload:
+        return payload.get("result")
+    if entry.label.startswith("msg:"):
+        return {key: payload[key] for key in ("reply", "finish") if key in payload}
+    return payload
+
+
+async def fork(
+    store: Store,
+    execution_id: str,
+    *,
+    at: int | str,
+    new_execution_id: str,
+    update: JsonValue = _UNSET,
+) -> Execution:
+    """Record a new execution whose journal is the original's up to and including ``at``.
+
+    The original is not touched. The fork is left ``running`` with no lease
+    held: the next ``resume(new_execution_id)`` of its runner (or a worker)
+    continues it from that boundary, as after a crash there. Its journal ends
+    with a ``fork`` entry naming where it came from (``tether show`` prints it).
+
+    Side effects: ``@idempotent`` records belong to their execution, so what a
+    fork runs after its boundary runs again, side effects included.
+
+    Args:
+        store: Where both executions live.
+        execution_id: The execution to fork.
+        at: The boundary: its ``seq`` (from `history`), or a label (``"node:b"``,
+            ``"turn:2"``) or full path (``"chain:c/node:b"``), the first such entry.
+        new_execution_id: The fork's id; it must be new.
+        update: Replaces what the boundary holds: a step's result (a node's
+            update, an LLM turn) or a decision's value. Anything after the
+            boundary then follows from it.
+
+    Raises:
+        ExecutionNotFound: No execution ``execution_id``.
+        ConfigurationError: ``new_execution_id`` exists, ``at`` names no boundary
+            (the message lists them), the execution never started, or ``update``
+            is given for a boundary that holds no result or decision.
+    """
+    loaded = await store.load_execution(execution_id)
+    if loaded is None:
+        raise ExecutionNotFound(execution_id)
+    execution, journal = loaded
+    if not journal:
+        raise ConfigurationError(
+            f"Execution {execution_id!r} never started (it is {execution.status}, with an empty journal): "
+            f"there is nothing to fork. Run it first."
+        )
+    cut = _boundary(journal, at, execution_id)
+    prefix = [NewEntry(path=e.path, label=e.label, kind=e.kind, payload=e.payload) for e in journal[:cut]]
+    if update is not _UNSET:
+        prefix[-1] = _updated(journal[cut - 1], update, execution_id)
+    lineage: dict[str, JsonValue] = {"from": execution_id, "at": journal[cut - 1].seq, "label": journal[cut - 1].label,
+               "updated": update is not _UNSET}
+    started = await store.start_execution(
+        NewExecution(execution_id=new_execution_id, runner=execution.runner, root_path=execution.root_path,
+                     fingerprint=execution.fingerprint, input=execution.input),
+        owner=f"{process_owner()}/fork{tag()}", lease_seconds=60,
+    )
+    if not started.created or started.lease is None:
+        if started.lease is not None:
+            await store.release_lease(started.lease)  # an existing run it let us hold: left as it was
+        raise ConfigurationError(
+            f"Execution {new_execution_id!r} already exists: give the fork a new id."
+        )
+    # Numbered from 1 like the original, so every reference inside the prefix (a
+    # decision's suspended_seq) still points at the entry it meant.
+    await store.append(started.lease, [*prefix, NewEntry(path=execution.root_path, label="fork", payload=lineage)])
+    await store.release_lease(started.lease)
+    forked = await store.get_execution(new_execution_id)
+    assert forked is not None
+    return forked
+
+
+def _boundary(journal: list[JournalEntry], at: int | str, execution_id: str) -> int:
+    """How many entries the fork keeps: up to and including the one ``at`` names."""
+    for index, entry in enumerate(journal):
+        if (entry.seq == at) if isinstance(at, int) else names(at, entry.path, entry.label):
+            return index + 1
+    shown = ", ".join(f"{e.seq} {e.path}/{e.label}" for e in journal[:40])
+    more = f" (and {len(journal) - 40} more)" if len(journal) > 40 else ""
+    raise ConfigurationError(
+        f"Execution {execution_id!r} has no boundary {at!r}. Its boundaries: {shown}{more}. "
+        f"Give a seq or a label from them (tether history {execution_id})."
+    )
+
+
+def _updated(entry: JournalEntry, update: JsonValue, execution_id: str) -> NewEntry:
+    payload: Any = entry.payload
+    if isinstance(payload, dict) and "step" in payload:
+        changed = {**payload, "result": update}
+    elif entry.kind == "resumed" and isinstance(payload, dict):
+        changed = {**payload, "value": update}
+    else:
+        raise ConfigurationError(
+            f"Boundary {entry.seq} ({entry.path}/{entry.label}) of {execution_id!r} holds no result or decision "
+            f"to update: fork at a step (a node, a turn, a tool call) or a decision, or leave update out."
+        )
+    return NewEntry(path=entry.path, label=entry.label, kind=entry.kind, payload=changed)
