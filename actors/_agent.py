@@ -90,6 +90,9 @@ class Agent(Runner):
             raise ConfigurationError(f"An agent's input is the user's text, a str; got {type(input).__name__}.")
         return input
 
+    def shape(self) -> dict[str, Any]:
+        return {f"tool:{name}": None for name in self.tools}
+
     def definition(self) -> Any:
         model = self.output_type
         return {"tools": sorted(self.tools), "output_type": f"{model.__module__}.{model.__qualname__}" if model else None}

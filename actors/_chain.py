@@ -134,6 +134,9 @@ class Chain(Runner):
         self._edge_keys.add(key)
         self._edges.append(_Edge(src, dst, when, max_iterations))
 
+    def shape(self) -> dict[str, Any]:
+        return {f"node:{node}": None for node in self._nodes}  # below a node: what its function calls
+
     def definition(self) -> Any:
         return {"entry": self.entry if self._nodes else None, "nodes": list(self._nodes),
                 "edges": [[e.src, e.dst, e.max_iterations, e.when is not None] for e in self._edges]}

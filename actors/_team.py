@@ -153,6 +153,9 @@ class Swarm(Runner):
         }
         self._actor = type(f"Swarm[{name}]", (_SwarmActor,), {"kind": "swarm", "swarm": self})
 
+    def shape(self) -> dict[str, Any]:
+        return {f"agent:{name}": agent.shape() for name, agent in self.agents.items()}
+
     def definition(self) -> Any:
         return {"entrypoint": self.entrypoint,
                 "members": {n: [a.definition(), list(m.peers)] for (n, a), m in
@@ -255,6 +258,9 @@ class Supervisor(Runner):
             role: _member(w.agent, "worker") for role, w in self.workers.items()
         }
         self._actor = type(f"Supervisor[{name}]", (_SupervisorActor,), {"kind": "supervisor", "supervisor": self})
+
+    def shape(self) -> dict[str, Any]:
+        return {**self.agent.shape(), **{f"worker:{role}": w.agent.shape() for role, w in self.workers.items()}}
 
     def definition(self) -> Any:
         return {"own": self.agent.definition(), "workers": {r: w.agent.definition() for r, w in self.workers.items()}}

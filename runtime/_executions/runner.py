@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from tether.runtime._core.actor import Actor
     from tether.runtime._core.execution import RunResult
     from tether.runtime._core.interrupt import Resume
-    from tether.stores import Execution, Lease, Store
+    from tether.stores import Execution, JournalEntry, Lease, Store
 
 
 class Runner:
@@ -45,6 +45,34 @@ class Runner:
 
     def check(self) -> None:
         """Refuse a definition that cannot run; called before a run or resume whose definition changed."""
+
+    def shape(self) -> Shape | None:
+        """The names its journal may hold, by path: ``{"node:charge": None, "worker:auditor": {...}}``.
+
+        A key is a path segment this definition can write; its value is the shape
+        below it (None: anything). A journal whose every ``node:``, ``tool:``,
+        ``agent:`` and ``worker:`` segment is in the shape can be replayed by this
+        definition, however else it changed. None (the default, for runners that
+        do not say): only the definition that started a run may continue it.
+        """
+        return None
+
+    def misfit(self, journal: Sequence[JournalEntry]) -> str | None:
+        """What in ``journal`` this definition cannot replay (a removed or renamed name), or None."""
+        shape = self.shape()
+        if shape is None:
+            return "its definition changed, and this runner cannot tell whether its journal still fits"
+        for entry in journal:
+            paths = [f"{entry.path}/{entry.label}"]
+            if entry.kind == "suspended" and isinstance(entry.payload, dict):
+                paths.append(str(entry.payload.get("path", "")))  # the call the run waits in
+            for path in paths:
+                missing = _missing(shape, path.split("/")[1:])
+                if missing is not None:
+                    kind, _, name = missing.partition(":")
+                    return (f"its journal has {kind} {name!r} ({path}), which this definition of {self.root_path} "
+                            f"does not: it was removed or renamed")
+        return None
 
     def definition(self) -> Any:
         """What a journal depends on (names of nodes, tools, members), not prompts or code."""
@@ -72,6 +100,7 @@ class Runner:
             self.check()
             prepared = self._prepared = (described, _digest(described))
         self._actor.fingerprint = prepared[1]  # type: ignore[attr-defined]
+        self._actor.misfit = self.misfit  # type: ignore[attr-defined]  # for a run its definition changed under
         return self._actor
 
     def _typed(self, result: RunResult) -> RunResult:
@@ -207,19 +236,33 @@ class Runner:
 def runner_for(runners: Sequence[Runner], execution: Execution) -> Runner | None:
     """The runner among ``runners`` that continues ``execution``, or None if there is none.
 
-    Raises:
-        ConfigurationError: A runner of that name is here, but its definition changed.
+    The one with the definition that started it, else one of the same root path:
+    whether a changed definition can continue it is judged against its journal
+    when it is taken up (`Runtime.resume`, `Runtime.drive`).
     """
-    for runner in runners:
-        if runner.root_path != execution.root_path:
+    alike = [runner for runner in runners if runner.root_path == execution.root_path]
+    same = [runner for runner in alike if runner.fingerprint == execution.fingerprint]
+    found = same or alike
+    return found[0] if found else None
+
+
+Shape = dict[str, "Shape | None"]
+CHECKED = frozenset({"node", "tool", "agent", "worker"})
+"""The path segments a journal is checked for; the others (turn:2, msg:1, delegate:1) are counters."""
+
+
+def _missing(shape: Shape, segments: list[str]) -> str | None:
+    """The first checked segment not in ``shape`` (``#2`` suffixes aside), walking down it."""
+    here: Shape | None = shape
+    for segment in segments:
+        if here is None:
+            return None  # below a node: whatever its function calls
+        if segment.partition(":")[0] not in CHECKED:
             continue
-        if execution.fingerprint and runner.fingerprint != execution.fingerprint:
-            raise ConfigurationError(
-                f"Execution {execution.execution_id!r} was started by {execution.root_path} with definition "
-                f"{execution.fingerprint}; the one loaded here is {runner.fingerprint}. Its nodes, tools or "
-                f"members changed: continue it with the code that started it, or cancel it."
-            )
-        return runner
+        name = segment.partition("#")[0]
+        if name not in here:
+            return name
+        here = here[name]
     return None
 
 

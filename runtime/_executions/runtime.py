@@ -33,7 +33,7 @@ from tether.stores import (
 from .service import Executions
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from datetime import datetime
     from types import TracebackType
 
@@ -241,7 +241,8 @@ class Runtime:
             )
         if execution.status not in ("running", "decided", "queued"):
             return await service.result_of(execution)
-        check_runner(execution, factory)
+        changed = execution.fingerprint != getattr(factory, "fingerprint", execution.fingerprint)
+        check_runner(execution, factory, await service.store.read_journal(execution_id) if changed else None)
         lease = await service.take_over(execution_id, owner, root_path=root_path)
         if lease is None:
             return await service.result(execution_id)
@@ -299,7 +300,7 @@ class Runtime:
         execution, journal = loaded
         if execution.finished and value is None:
             return await service.result_of(execution)
-        check_runner(execution, factory)
+        check_runner(execution, factory, journal)
         name = execution.root_path.partition(":")[2]
         owner = service.drive_owner(execution_id)
         if value is not None:
@@ -481,7 +482,7 @@ class Runtime:
             execution, journal = loaded
         else:
             journal = await store.read_journal(lease.execution_id)
-        check_runner(execution, factory)
+        check_runner(execution, factory, journal)
         return await self._drive(factory, execution.root_path.partition(":")[2], lease,
                                  Start(input=execution.input), journal=journal)
 
@@ -547,12 +548,17 @@ def _outage(error: BaseException | None) -> bool:
     return False
 
 
-def check_runner(execution: Execution, factory: ActorFactory) -> None:
-    """Refuse to continue an execution with a root it was not started by, or whose definition changed.
+def check_runner(execution: Execution, factory: ActorFactory[Any, Any],
+                 journal: Sequence[JournalEntry] | None = None) -> None:
+    """Refuse to continue an execution with a root it was not started by, or one its journal does not fit.
+
+    A definition that changed since the run started may continue it when its
+    journal fits (every node, tool, member and worker it names is still there):
+    nodes or tools added, prompts or function bodies changed.
 
     Raises:
-        ConfigurationError: Another kind of root, or a different fingerprint
-            (the runner's nodes, tools or members changed since the run started).
+        ConfigurationError: Another kind of root, or a definition the journal
+            cannot be replayed against (the message names what is missing).
     """
     kind = execution.root_path.partition(":")[0]
     if kind != getattr(factory, "kind", "actor"):
@@ -561,11 +567,16 @@ def check_runner(execution: Execution, factory: ActorFactory) -> None:
             f"not by {getattr(factory, '__qualname__', factory)!r}. Resume it with the same runner."
         )
     fingerprint = getattr(factory, "fingerprint", "")
-    if execution.fingerprint and fingerprint and fingerprint != execution.fingerprint:
+    if not (execution.fingerprint and fingerprint and fingerprint != execution.fingerprint):
+        return
+    misfit: Callable[[Sequence[JournalEntry]], str | None] | None = getattr(factory, "misfit", None)
+    problem = "its definition changed" if misfit is None or journal is None else misfit(journal)
+    if problem is not None:
         raise ConfigurationError(
-            f"Execution {execution.execution_id!r} was started by {execution.runner} with definition "
-            f"{execution.fingerprint}; this process has {fingerprint}. Its nodes, tools or members changed, "
-            f"so its journal may not fit: run it with the code that started it, or cancel it."
+            f"Execution {execution.execution_id!r} cannot continue on this definition of {execution.root_path} "
+            f"({fingerprint}; it started on {execution.fingerprint}): {problem}. Its nodes, tools or members "
+            f"changed in a way its journal cannot be replayed against: continue it with the code that "
+            f"started it, or cancel it. Nothing was claimed."
         )
 
 

@@ -23,4 +23,4 @@ def charge(state: dict[str, Any]) -> dict[str, Any]:
 
 refund = Chain("refund", [validate, approve, charge], lease_seconds=1.0)
 runners = [refund]
-changed = [Chain("refund", [validate, approve], lease_seconds=1.0)]  # a node fewer: another definition
+changed = [Chain("refund", [validate, charge], lease_seconds=1.0)]  # the node the run waits in is gone
