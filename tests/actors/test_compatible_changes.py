@@ -72,7 +72,7 @@ async def test_a_paused_chain_resumes_on_a_compatible_change(store: Store, chang
     assert result.status == "completed" and result.output["charged"] is True
 
 
-def FunctionNamed(name: str, fn: Any) -> Any:  # noqa: N802 - a node function under another name
+def FunctionNamed(name: str, fn: Any) -> Any:
     def node(state: dict[str, Any]) -> dict[str, Any]:
         return fn(state)  # type: ignore[no-any-return]
 
