@@ -6,10 +6,13 @@
     tether serve --app examples.refund_chain:runners   # ... or approve it at http://127.0.0.1:8765/approvals
     python examples/refund_chain.py --approve       # ... or a new process of this script resumes it
     python examples/refund_chain.py --reject        # ... or rejects it
+    tether history refund-abc                       # every boundary: what each node returned
+    tether fork refund-abc --at node:validate --as refund-abc-2 --app examples.refund_chain:runners
 
 Run the `tether` commands from the repository's root (so that `examples.refund_chain`
 imports). The manager is paged once, whichever process resumes the run: the page is
-`@idempotent`. Run the first command twice and the second run returns the same
+`@idempotent`. A fork is a new run from a boundary of this one: it asks the manager
+again (its side effects after that boundary are its own). Run the first command twice and the second run returns the same
 paused result: the execution id is an idempotency key. The store is ``$TETHER_STORE``,
 else ``sqlite:///tether.db`` (the CLI's default too); ``--store`` picks another
 (``postgresql://...``), ``--backend trio`` runs it on trio.

@@ -154,6 +154,23 @@ def test_the_operators_path_of_each_example(tmp_path: Path, backend: str, name: 
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_refund_chain_is_forked_as_its_docstring_shows(tmp_path: Path, backend: str) -> None:
+    shell = OperatorShell(tmp_path, backend)
+    assert shell.python("refund_chain.py").returncode == 0
+    assert shell.python("refund_chain.py", "--approve").returncode == 0
+    listed = shell.tether("history", "refund-abc")
+    assert listed.returncode == 0, listed.stderr
+    assert "node:validate" in listed.stdout and "node:approve_refund" in listed.stdout
+    forked = shell.tether("fork", "refund-abc", "--at", "node:validate", "--as", "refund-abc-2",
+                          "--app", "examples.refund_chain:runners")
+    assert forked.returncode == 0, forked.stderr
+    assert "chain:refund/node:approve_refund" in forked.stdout  # the fork waits for its own decision
+    assert shell.count("paging a manager") == 2  # once for the run, once for its fork
+    shown = shell.tether("show", "refund-abc-2")
+    assert "forked from refund-abc at" in shown.stdout
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_the_refund_chain_is_approved_through_tether_serve(tmp_path: Path, backend: str) -> None:
     shell = OperatorShell(tmp_path, backend)
     assert shell.python("refund_chain.py").returncode == 0  # pages once, pauses
