@@ -32,7 +32,7 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, JsonValue
 from tether.runtime import Actor, Runner, Start, call_scope
-from tether.stores import ConfigurationError, Store
+from tether.stores import ConfigurationError, JournalEntry, Store
 
 from ._control import settled
 
@@ -136,6 +136,40 @@ class Chain(Runner):
 
     def shape(self) -> dict[str, Any]:
         return {f"node:{node}": None for node in self._nodes}  # below a node: what its function calls
+
+    def misfit(self, journal: Sequence[JournalEntry]) -> str | None:
+        """As `Runner.misfit`, and the route: the nodes the run went through must still lead to one another.
+
+        From the entry, following this graph's edges through the nodes the journal
+        holds only, every one of them must be reached: else replaying would run a
+        node the run never ran before one it did (a reordered line, say). Edge
+        conditions are code, so every edge counts as one that may be taken.
+        """
+        problem = super().misfit(journal)
+        if problem is not None:
+            return problem
+        held: set[str] = set()
+        mine = f"{self.root_path}/node:"
+        for entry in journal:
+            if entry.path == self.root_path and entry.label.startswith("node:"):
+                held.add(entry.label.removeprefix("node:"))
+            elif entry.kind == "suspended" and isinstance(entry.payload, dict):
+                waiting = str(entry.payload.get("path", ""))
+                if waiting.startswith(mine):
+                    held.add(waiting.removeprefix(mine).partition("/")[0].partition("#")[0])
+        if not held:
+            return None
+        reached, frontier = set(), [self.entry] if self.entry in held else []
+        while frontier:
+            node = frontier.pop()
+            if node not in reached:
+                reached.add(node)
+                frontier += [e.dst for e in self._edges if e.src == node and e.dst in held]
+        unreached = sorted(held - reached)
+        if unreached:
+            return (f"its journal ran node {unreached[0]!r}, which this graph no longer reaches from "
+                    f"{self.entry!r} through the nodes the run went through (the route before it changed)")
+        return None
 
     def definition(self) -> Any:
         return {"entry": self.entry if self._nodes else None, "nodes": list(self._nodes),

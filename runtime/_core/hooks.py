@@ -5,9 +5,10 @@ A `Runtime` is given its hooks when it is made, ``Runtime(store, clock=...)`` or
 nothing in the kernel reads a clock or a crash point from anywhere else. A
 runtime given none takes the process's default, `installed()`: the real clock
 and the crash points armed by ``TETHER_FAULTS``. The testing kit's helpers
-(``with Clock():``, ``crash_at(...)``, ``Effects()``) install another default
-while they are open, so that the runtimes a `Chain` or an `Agent` creates
-inside them take it up without being handed it.
+(``with Clock():``, ``Effects()``) install another default while they are
+open, so that the runtimes a `Chain` or an `Agent` creates inside them take it
+up without being handed it; ``crash_at(...)`` sets `wrapping` for its own task
+only.
 
 ``TETHER_FAULTS`` is a comma-separated list of points at which the process
 SIGKILLs itself, read once when the process starts:
@@ -25,16 +26,16 @@ SIGKILLs itself, read once when the process starts:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import signal
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from tether.stores import NewEntry, Store
 
@@ -134,6 +135,10 @@ class Hooks:
 
 _installed = Hooks(faults=Faults.from_environ())
 
+wrapping: ContextVar[Callable[[Store], Store] | None] = ContextVar("tether_wrapping", default=None)
+"""A store wrapper for the runtimes made in this context only (``crash_at``): unlike the
+installed hooks, one task's simulated crash never reaches a runtime another task makes."""
+
 
 def installed() -> Hooks:
     """The hooks a runtime made now takes when it is given none."""
@@ -149,12 +154,3 @@ def install(hooks: Hooks) -> Hooks:
     previous, _installed = _installed, hooks
     return previous
 
-
-@contextlib.contextmanager
-def installing(**changes: object) -> Iterator[Hooks]:
-    """Install the current default with ``changes`` while the block runs, then restore it."""
-    previous = install(installed().replace(**changes))
-    try:
-        yield installed()
-    finally:
-        install(previous)

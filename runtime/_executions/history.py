@@ -11,13 +11,16 @@ what comes after is.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from tether.runtime._core import delta
 from tether.runtime._core.hooks import names
+from tether.runtime._core.interrupt import Resume, loaded_model
 from tether.runtime._core.owners import process_owner, tag
-from tether.stores import ConfigurationError, ExecutionNotFound, NewEntry, NewExecution
+from tether.stores import ConfigurationError, ExecutionNotFound, NewEntry, NewExecution, StoreError
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -130,6 +133,8 @@ async def fork(
         ConfigurationError: ``new_execution_id`` exists, ``at`` names no boundary
             (the message lists them), the execution never started, or ``update``
             is given for a boundary that holds no result or decision.
+        pydantic.ValidationError: ``update`` for a decision is not a valid one
+            for the call it answers; nothing was written.
     """
     loaded = await store.load_execution(execution_id)
     if loaded is None:
@@ -143,7 +148,7 @@ async def fork(
     cut = _boundary(journal, at, execution_id)
     prefix = [NewEntry(path=e.path, label=e.label, kind=e.kind, payload=e.payload) for e in journal[:cut]]
     if update is not _UNSET:
-        prefix[-1] = _updated(journal[cut - 1], update, execution_id)
+        prefix[-1] = _updated(journal, journal[cut - 1], update, execution_id)
     lineage: dict[str, JsonValue] = {"from": execution_id, "at": journal[cut - 1].seq, "label": journal[cut - 1].label,
                "updated": update is not _UNSET}
     started = await store.start_execution(
@@ -158,9 +163,15 @@ async def fork(
             f"Execution {new_execution_id!r} already exists: give the fork a new id."
         )
     # Numbered from 1 like the original, so every reference inside the prefix (a
-    # decision's suspended_seq) still points at the entry it meant.
-    await store.append(started.lease, [*prefix, NewEntry(path=execution.root_path, label="fork", payload=lineage)])
-    await store.release_lease(started.lease)
+    # decision's suspended_seq) still points at the entry it meant. Written with the
+    # lease's release, in one transaction: no worker sees the fork before its journal.
+    entries = [*prefix, NewEntry(path=execution.root_path, label="fork", payload=lineage)]
+    try:
+        await store.release_lease(started.lease, entries=entries)
+    except BaseException:
+        with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
+            await store.delete_execution(new_execution_id)  # not half a fork, to be run from its start
+        raise
     forked = await store.get_execution(new_execution_id)
     assert forked is not None
     return forked
@@ -179,12 +190,21 @@ def _boundary(journal: list[JournalEntry], at: int | str, execution_id: str) -> 
     )
 
 
-def _updated(entry: JournalEntry, update: JsonValue, execution_id: str) -> NewEntry:
+def _updated(journal: list[JournalEntry], entry: JournalEntry, update: JsonValue, execution_id: str) -> NewEntry:
     payload: Any = entry.payload
     if isinstance(payload, dict) and "step" in payload:
         changed = {**payload, "result": update}
     elif entry.kind == "resumed" and isinstance(payload, dict):
-        changed = {**payload, "value": update}
+        # Checked as a decision for that call is (ValidationError, before anything is written).
+        [asked] = [e.payload for e in journal if e.seq == payload.get("suspended_seq")] or [{}]
+        name = asked.get("expect") if isinstance(asked, dict) else None
+        expected = loaded_model(name) if isinstance(name, str) else Resume
+        if expected is None:
+            raise ConfigurationError(
+                f"The decision at boundary {entry.seq} of {execution_id!r} is of type {name}, which this process "
+                f"does not define, so it cannot check the update; fork from a process that loads the application."
+            )
+        changed = {**payload, "value": expected.model_validate(update).model_dump(mode="json")}
     else:
         raise ConfigurationError(
             f"Boundary {entry.seq} ({entry.path}/{entry.label}) of {execution_id!r} holds no result or decision "

@@ -50,10 +50,12 @@ class Runner:
         """The names its journal may hold, by path: ``{"node:charge": None, "worker:auditor": {...}}``.
 
         A key is a path segment this definition can write; its value is the shape
-        below it (None: anything). A journal whose every ``node:``, ``tool:``,
-        ``agent:`` and ``worker:`` segment is in the shape can be replayed by this
-        definition, however else it changed. None (the default, for runners that
-        do not say): only the definition that started a run may continue it.
+        below it (None: anything). A journal can be replayed by this definition,
+        however else it changed, when every ``node:``, ``agent:`` and ``worker:``
+        segment it holds is in the shape, and so is every ``tool:`` segment of a
+        call it is suspended in (a finished call is answered from the journal,
+        whether its tool is still there or not). None (the default, for runners
+        that do not say): only the definition that started a run may continue it.
         """
         return None
 
@@ -63,11 +65,11 @@ class Runner:
         if shape is None:
             return "its definition changed, and this runner cannot tell whether its journal still fits"
         for entry in journal:
-            paths = [f"{entry.path}/{entry.label}"]
+            paths = [(f"{entry.path}/{entry.label}", STRUCTURAL)]
             if entry.kind == "suspended" and isinstance(entry.payload, dict):
-                paths.append(str(entry.payload.get("path", "")))  # the call the run waits in
-            for path in paths:
-                missing = _missing(shape, path.split("/")[1:])
+                paths.append((str(entry.payload.get("path", "")), STRUCTURAL | {"tool"}))  # the call it waits in
+            for path, kinds in paths:
+                missing = _missing(shape, path.split("/")[1:], kinds)
                 if missing is not None:
                     kind, _, name = missing.partition(":")
                     return (f"its journal has {kind} {name!r} ({path}), which this definition of {self.root_path} "
@@ -247,21 +249,26 @@ def runner_for(runners: Sequence[Runner], execution: Execution) -> Runner | None
 
 
 Shape = dict[str, "Shape | None"]
-CHECKED = frozenset({"node", "tool", "agent", "worker"})
-"""The path segments a journal is checked for; the others (turn:2, msg:1, delegate:1) are counters."""
+STRUCTURAL = frozenset({"node", "agent", "worker"})
+"""The path segments every journal entry is checked for; the others (turn:2, msg:1, delegate:1) are counters."""
 
 
-def _missing(shape: Shape, segments: list[str]) -> str | None:
-    """The first checked segment not in ``shape`` (``#2`` suffixes aside), walking down it."""
+def _missing(shape: Shape, segments: list[str], kinds: frozenset[str]) -> str | None:
+    """The first segment of ``kinds`` not in ``shape``, walking down it.
+
+    A call's number (``tool:x#2``, ``tool:x[1]`` for the second call of one turn) is
+    not part of its name.
+    """
     here: Shape | None = shape
     for segment in segments:
         if here is None:
             return None  # below a node: whatever its function calls
-        if segment.partition(":")[0] not in CHECKED:
+        kind = segment.partition(":")[0]
+        if kind not in kinds and kind != "tool":
             continue
-        name = segment.partition("#")[0]
+        name = segment.partition("#")[0].partition("[")[0]
         if name not in here:
-            return name
+            return name if kind in kinds else None  # a finished tool call: answered from the journal
         here = here[name]
     return None
 

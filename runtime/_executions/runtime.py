@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Self
 import anyio
 from tether.runtime._core.actor import check_name, segment
 from tether.runtime._core.execution import ExecutionState, RunResult, Start
-from tether.runtime._core.hooks import Hooks, installed
+from tether.runtime._core.hooks import Hooks, installed, wrapping
 from tether.runtime._core.journal import LeaseHolder
 from tether.runtime._core.owners import process_owner, tag
 from tether.runtime._core.policies import RestartPolicy, SupervisionStrategy
@@ -86,8 +86,9 @@ class Runtime:
         if clock is not None:
             hooks = hooks.replace(clock=clock)
         self.hooks = hooks
-        if store is not None and hooks.wrap_store is not None:
-            store = hooks.wrap_store(store)  # a test's in-process crash: see tether.runtime.testing
+        wrap = hooks.wrap_store or wrapping.get()
+        if store is not None and wrap is not None:
+            store = wrap(store)  # a test's in-process crash: see tether.runtime.testing
         self.store = store
         # Each runtime is its own lease owner, so two runtimes in one process exclude each other.
         owner = f"{process_owner()}/{tag()}"
@@ -316,7 +317,9 @@ class Runtime:
             return await service.result(execution_id)
         if lease is None:
             return await service.result(execution_id)
-        return await self._drive(factory, name, lease, Start(input=execution.input), journal=journal)
+        # Another process that held the lease in between wrote what was not read: read it again then.
+        fresh = journal if lease.epoch == execution.lease_epoch + 1 else None
+        return await self._drive(factory, name, lease, Start(input=execution.input), journal=fresh)
 
     async def decide(
         self,

@@ -88,7 +88,7 @@ class Executions:
         """
         if journal is None:
             journal = await self.store.read_journal(execution_id)
-        decision = self._checked(execution_id, value, path, journal)
+        decision = self._checked(execution_id, value, path, seq, journal)
         carrier = owner or self.drive_owner(execution_id, drive=False)
         try:
             entry = await self.store.claim(execution_id, decision, path=path, seq=seq, owner=carrier, by=by)
@@ -100,18 +100,23 @@ class Executions:
             self.hooks.faults.reached("after_claim")
             if owner is None:
                 # Nobody here carries it on: hand the run over as decided now, not when that lease expires.
-                lease = await self.take_over(execution_id, f"{self.owner}/{tag()}")
+                lease = await self.take_over(execution_id, f"{self.owner}/{tag()}", force=force)
                 if lease is not None:
                     await self.store.release_lease(lease, status="decided", wake_at=datetime.now(UTC))
             return entry
         self.hooks.faults.reached("after_claim")
         return entry
 
-    def _checked(self, execution_id: str, value: BaseModel | dict[str, Any], path: str | None,
+    def _checked(self, execution_id: str, value: BaseModel | dict[str, Any], path: str | None, seq: int | None,
                  journal: list[JournalEntry]) -> dict[str, Any]:
         """The decision as JSON, checked against the model its suspended call expects."""
         data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
-        asked = [payload for payload in _pending_suspensions(journal) if path is None or payload.get("path") == path]
+        waiting = [(entry.seq, entry.payload) for entry in _pending_suspensions(journal)
+                   if (path is None or entry.payload.get("path") == path) and (seq is None or entry.seq == seq)]
+        if len({str(payload.get("path")) for _, payload in waiting}) == 1:
+            # One call: asked again after a resume that did not get this far (a fork, say), the newest asks.
+            waiting = waiting[-1:]
+        asked = [payload for _, payload in waiting]
         expected: type[BaseModel] = Resume
         if len(asked) == 1:
             name = asked[0].get("expect")
@@ -191,13 +196,13 @@ class Executions:
         return await self.result_of(started.execution)
 
 
-def _pending_suspensions(journal: list[JournalEntry]) -> list[dict[str, Any]]:
-    """What the suspensions no decision answered yet asked (path, reason, expected type), oldest first.
+def _pending_suspensions(journal: list[JournalEntry]) -> list[Any]:
+    """The ``suspended`` entries no ``resumed`` entry answered yet, oldest first.
 
     Only to pick the model a decision is checked against: whether one is still
     pending is the claim's to say, in its transaction.
     """
     answered = {entry.payload.get("suspended_seq") for entry in journal
                 if entry.kind == "resumed" and isinstance(entry.payload, dict)}
-    return [entry.payload for entry in journal
+    return [entry for entry in journal
             if entry.kind == "suspended" and isinstance(entry.payload, dict) and entry.seq not in answered]

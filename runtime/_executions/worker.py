@@ -176,7 +176,7 @@ class ExecutionWorker:
         return len(leases)
 
     async def _fire_deadlines(self) -> None:
-        await decide_overdue(self.store, now=self.clock)
+        await decide_overdue(self.store, now=self._runtime.hooks.now if self._runtime else self.clock)
 
     async def _run(self, lease: Lease) -> None:
         try:

@@ -13,7 +13,8 @@ from tether.runtime._core import hooks
 from tether.stores import Lease, StartResult
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
+    from contextvars import Token
     from types import TracebackType
 
     from tether.stores import NewEntry, Store
@@ -179,16 +180,17 @@ class crash_at:  # lower case: used like a function, as anyio.move_on_after is
                 f"journal write, counting from 1."
             )
         self.point: CrashPoint = CrashPoint(at)
-        self._previous = hooks.installed()
+        self._token: Token[Callable[[Store], Store] | None] | None = None
 
     async def __aenter__(self) -> CrashPoint:
-        self._previous = hooks.install(hooks.installed().replace(wrap_store=self.point._wrap))
+        self._token = hooks.wrapping.set(self.point._wrap)
         return self.point
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
-        hooks.install(self._previous)
+        if self._token is not None:
+            hooks.wrapping.reset(self._token)
         point = self.point
         if not point.happened:
             if exc is not None:

@@ -111,8 +111,11 @@ async def crash_sweep(
     """
     with Effects() as effects:
         counter = CrashPoint(0)  # never fires: it counts the reference run's writes
-        with hooks.installing(wrap_store=counter._wrap):
+        token = hooks.wrapping.set(counter._wrap)
+        try:
             reference = await _to_the_end(runner, f"{prefix}-ref", input, decide)
+        finally:
+            hooks.wrapping.reset(token)
         report = SweepReport(reference, counter.boundaries, effects=effects)
         for write in range(1, counter.writes + 1):
             execution_id = f"{prefix}-{write}"

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
-from tether.runtime import Actor, Resume, Runtime, Start, fork, history
+from pydantic import BaseModel, ValidationError
+from tether.actors import Chain
+from tether.runtime import Actor, Resume, Runtime, Start, fork, history, interrupt
 from tether.runtime.testing import Effects
 from tether.stores import ConfigurationError, ExecutionNotFound, Store
 
@@ -126,3 +127,73 @@ async def test_history_gives_each_boundary_its_actors_state_as_of_it(store: Stor
     assert inbox.value == {"type": "Start", "data": {"input": [2, 3]}} and inbox.state == {}
     with pytest.raises(ExecutionNotFound):
         await history(store, "nobody")
+
+
+class Amount(BaseModel):
+    amount: int
+
+
+async def test_a_fork_at_a_suspension_checks_its_decision_against_the_calls_type(store: Store) -> None:
+    def ask(state: dict[str, Any]) -> dict[str, Any]:
+        return {"amount": interrupt("how much", {}, expect=Amount).amount}
+
+    chain = Chain("typed", [ask], store=store)
+    assert (await chain.run({}, execution_id="o")).status == "paused"
+    [suspended] = [b for b in await history(store, "o") if b.kind == "suspended"]
+    forked = await chain.fork("o", at=suspended.seq, new_execution_id="f")
+    assert forked.status == "paused"  # asked again: two unanswered suspensions at one path in its journal
+    with pytest.raises(ValidationError):
+        await chain.resume("f", Resume(approved=True))
+    assert len(await store.list_pending(execution_id="f")) == 1  # the wrong type consumed nothing
+    assert (await chain.resume("f", {"amount": 5})).output == {"amount": 5}
+
+
+async def test_an_update_of_a_decision_is_checked_before_anything_is_written(store: Store) -> None:
+    chain = build("approval", store)
+    await chain.run({}, execution_id="a")
+    await chain.resume("a", Resume(approved=True))
+    [decision] = [b for b in await history(store, "a") if b.kind == "resumed"]
+    with pytest.raises(ValidationError):
+        await fork(store, "a", at=decision.seq, new_execution_id="bad", update={"approve": "yes"})
+    assert await store.get_execution("bad") is None
+
+
+class _Racy:
+    """A store on which another process resumes the run while this one waits for the lease."""
+
+    def __init__(self, store: Store, chain: Any) -> None:
+        self._store, self.chain, self.armed = store, chain, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def acquire_lease(self, execution_id: str, **kwargs: Any) -> Any:
+        if self.armed:
+            self.armed = False
+            await self.chain.resume(execution_id)  # carries the decision out, pauses at the next ask
+        return await self._store.acquire_lease(execution_id, **kwargs)
+
+
+async def test_a_journal_read_before_another_process_held_the_lease_is_read_again(store: Store) -> None:
+    ran: list[str] = []
+
+    def ask(state: dict[str, Any]) -> dict[str, Any]:
+        return {"a": interrupt("first", {}).approved}
+
+    def side(state: dict[str, Any]) -> dict[str, Any]:
+        ran.append("side")
+        return {"n": len(ran)}
+
+    def ask2(state: dict[str, Any]) -> dict[str, Any]:
+        return {"b": interrupt("second", {}).approved}
+
+    racy = _Racy(store, None)
+    chain = Chain("racy", [ask, side, ask2], store=racy)  # type: ignore[arg-type]
+    racy.chain = Chain("racy", [ask, side, ask2], store=store)
+    assert (await chain.run({}, execution_id="r")).status == "paused"
+    racy.armed = True
+    result = await chain.resume("r", Resume(approved=True))
+    assert result.status == "paused" and [p.agent_path for p in result.pending] == ["chain:racy/node:ask2"]
+    assert ran == ["side"]  # not again: this process replayed what the other one journaled
+    labels = [e.label for e in await store.read_journal("r")]
+    assert labels.count("node:side") == 1
