@@ -18,7 +18,7 @@ from tether.stores import ConfigurationError, NewExecution
 
 from .history import _UNSET, Boundary, fork, history
 from .runtime import Runtime
-from .service import Executions
+from .service import Executions, refuse_misfit
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -75,6 +75,13 @@ class Runner:
                     return (f"its journal has {kind} {name!r} ({path}), which this definition of {self.root_path} "
                             f"does not: it was removed or renamed")
         return None
+
+    def check_fits(self, execution: Execution, journal: Sequence[JournalEntry]) -> None:
+        """Refuse (`ConfigurationError`) to continue ``execution`` if its journal does not fit this definition."""
+        if execution.fingerprint and self.fingerprint != execution.fingerprint:
+            problem = self.misfit(journal)
+            if problem is not None:
+                raise refuse_misfit(execution, self.fingerprint, problem)
 
     def definition(self) -> Any:
         """What a journal depends on (names of nodes, tools, members), not prompts or code."""

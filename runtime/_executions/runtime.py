@@ -30,7 +30,7 @@ from tether.stores import (
     UsageError,
 )
 
-from .service import Executions
+from .service import Executions, refuse_misfit
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -575,12 +575,7 @@ def check_runner(execution: Execution, factory: ActorFactory[Any, Any],
     misfit: Callable[[Sequence[JournalEntry]], str | None] | None = getattr(factory, "misfit", None)
     problem = "its definition changed" if misfit is None or journal is None else misfit(journal)
     if problem is not None:
-        raise ConfigurationError(
-            f"Execution {execution.execution_id!r} cannot continue on this definition of {execution.root_path} "
-            f"({fingerprint}; it started on {execution.fingerprint}): {problem}. Its nodes, tools or members "
-            f"changed in a way its journal cannot be replayed against: continue it with the code that "
-            f"started it, or cancel it. Nothing was claimed."
-        )
+        raise refuse_misfit(execution, fingerprint, problem)
 
 
 def _describe(error: BaseException | None) -> str | None:

@@ -196,6 +196,16 @@ class Executions:
         return await self.result_of(started.execution)
 
 
+def refuse_misfit(execution: Execution, fingerprint: str, problem: str) -> ConfigurationError:
+    """The refusal of a definition ``execution``'s journal does not fit, naming what is missing."""
+    return ConfigurationError(
+        f"Execution {execution.execution_id!r} cannot continue on this definition of {execution.root_path} "
+        f"({fingerprint}; it started on {execution.fingerprint}): {problem}. Its nodes, tools or members "
+        f"changed in a way its journal cannot be replayed against: continue it with the code that "
+        f"started it, or cancel it. Nothing was claimed."
+    )
+
+
 def _pending_suspensions(journal: list[JournalEntry]) -> list[Any]:
     """The ``suspended`` entries no ``resumed`` entry answered yet, oldest first.
 

@@ -197,8 +197,8 @@ def create_app(
         execution = await store.get_execution(execution_id)
         if execution is None:
             raise ExecutionNotFound(execution_id)
-        runner = operator.runner_for(execution)  # refuses a changed definition before claiming
-        await operator.decide(execution_id, value, path=path, seq=seq, by=by)
+        runner = operator.runner_for(execution)
+        await operator.decide(execution_id, value, path=path, seq=seq, by=by)  # refuses a misfit before claiming
         if runner is None or not tasks:
             return False
         done = settled[execution_id] = anyio.Event()

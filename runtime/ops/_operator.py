@@ -160,7 +160,14 @@ class Operator:
 
         The execution is ``decided`` until a process with its runner carries the decision out.
         """
-        await Executions(self.store).decide(execution_id, value, path=path, seq=seq, by=by)
+        execution = await self.store.get_execution(execution_id)
+        if execution is None:
+            raise ExecutionNotFound(execution_id)
+        journal = await self.store.read_journal(execution_id)
+        runner = self.runner_for(execution)
+        if runner is not None:  # its code is here: a definition the journal does not fit is refused first
+            runner.check_fits(execution, journal)
+        await Executions(self.store).decide(execution_id, value, path=path, seq=seq, by=by, journal=journal)
 
     async def resume(self, execution_id: str, value: BaseModel | dict[str, Any] | None = None, *,
                        path: str | None = None, force: bool = False, by: str | None = None) -> RunResult:
