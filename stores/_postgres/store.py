@@ -431,20 +431,23 @@ class PostgresStore(DriverStore):
         return _execution(rows[0]) if rows else None
 
     async def load_execution(self, execution_id: str) -> tuple[Execution, list[JournalEntry]] | None:
-        # One statement, so one snapshot: the row, then each journal entry beside it.
-        execs = ", ".join(f"e.{column}" for column in _EXEC_COLS.split(", "))
+        # One statement, so one snapshot: the row first, then the journal, each column sent once.
+        columns = _EXEC_COLS.split(", ")
+        journal_columns = ("seq", "path", "label", "kind", "payload", "created_at")
         rows = await self._fetch(
-            f"SELECT {execs}, j.seq AS j_seq, j.path AS j_path, j.label AS j_label, j.kind AS j_kind, "
-            "j.payload AS j_payload, j.created_at AS j_created_at FROM tether_executions e "
-            "LEFT JOIN tether_journal j ON j.execution_id = e.id WHERE e.id = $1 ORDER BY j.seq",
+            f"SELECT 0 AS part, {_EXEC_COLS}, {', '.join(f'NULL AS j_{c}' for c in journal_columns)} "
+            "FROM tether_executions WHERE id = $1 "
+            f"UNION ALL SELECT 1, {', '.join('NULL' for _ in columns)}, "
+            f"{', '.join(f'j.{c}' for c in journal_columns)} FROM tether_journal j WHERE j.execution_id = $1 "
+            "ORDER BY part, j_seq",
             execution_id,
         )
-        if not rows:
+        if not rows or rows[0]["part"] != 0:
             return None
         journal = [
             JournalEntry(execution_id=execution_id, seq=r["j_seq"], path=r["j_path"], label=r["j_label"],
                          kind=r["j_kind"], payload=_json.loads(r["j_payload"]), created_at=r["j_created_at"])
-            for r in rows if r["j_seq"] is not None
+            for r in rows[1:]
         ]
         return _execution(rows[0]), journal
 
