@@ -63,7 +63,7 @@ async def store_round(make: Callable[[], Store], n: int) -> dict[str, float]:
 
         out["suspend"] = await timed(n, suspend)
         out["claim"] = await timed(
-            n, lambda i: store.claim(lease.execution_id, {"approved": True}, path=f"agent:a/tool:t#{i}")
+            n, lambda i: store.claim(lease.execution_id, {"approved": True}, path=f"agent:a/tool:t#{i}", owner="bench")
         )
         out["read"] = await timed(
             n, lambda i: store.read_journal(lease.execution_id, after_seq=i, limit=1)
