@@ -113,7 +113,8 @@ def test_a_pid_reused_by_another_process_does_not_pass_for_the_dead_owner(
 ) -> None:
     scenario = scenario_for(CHAIN, store_kind, tmp_path, anyio_backend)
     scenario.kill_inside("line", "n2:1")
-    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]) as other:
+    # Alive until its stdin closes (when the block ends): no timer decides when it goes.
+    with subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE) as other:
         try:
             stat = _stat(other.pid)
             assert stat is not None

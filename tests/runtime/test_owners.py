@@ -49,8 +49,8 @@ def test_a_process_that_exited_is_dead() -> None:
 
 
 def test_a_killed_child_not_yet_reaped_is_dead() -> None:
-    with subprocess.Popen([sys.executable, "-c", PRINT_OWNER + "; import time; time.sleep(600)"],
-                          stdout=subprocess.PIPE, text=True) as child:
+    with subprocess.Popen([sys.executable, "-c", PRINT_OWNER + "; import sys; sys.stdin.read()"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as child:
         assert child.stdout is not None
         owner = child.stdout.readline().strip()
         assert not is_dead(owner)  # running
@@ -62,7 +62,8 @@ def test_a_killed_child_not_yet_reaped_is_dead() -> None:
 
 @pytest.fixture
 def stranger() -> Iterator[subprocess.Popen[bytes]]:
-    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]) as process:
+    # Alive until its stdin closes or it is killed: no timer decides when it goes.
+    with subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE) as process:
         yield process
         process.kill()
 
