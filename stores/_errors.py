@@ -1,26 +1,8 @@
-"""Every exception tether raises, in one tree.
+"""The errors the store layer raises, at the root of tether's one error tree.
 
-```
-TetherError
-├── StoreError
-│   ├── StoreUnavailable      the database cannot be reached or used; __cause__ is the driver error
-│   ├── StoreNotFound         no tether store where one was expected (nothing was created)
-│   ├── StoreCorrupted        the file or schema is not a tether store, or is damaged
-│   ├── SchemaVersionError    the database's schema is not the one this tether writes
-│   ├── ExecutionNotFound     no execution with that id
-│   ├── ExecutionFinished     the execution is completed, failed or cancelled
-│   ├── LeaseHeld             another live process holds the execution's lease
-│   ├── StaleLease            a write fenced out: the lease was taken over
-│   ├── AlreadyResumed        the pending interrupt was claimed by someone else
-│   ├── NoPendingInterrupt    nothing is pending at that path
-│   └── DuplicateInterrupt    a pending interrupt already exists at that path
-├── SerializationError (also ValueError)   a value is not JSON
-├── ConfigurationError (also ValueError)   a bad URL, option or argument
-└── UsageError (also RuntimeError)         the API was used out of order
-```
-
-The store layer defines the whole tree because it is the bottom layer: the
-runtime and actors raise these same classes and re-export them.
+The store layer defines them because it is the bottom layer: the runtime and
+the actors raise these same classes. The whole tree, with the runtime's own
+errors, is drawn (and importable) in `tether.runtime`.
 """
 
 from __future__ import annotations

@@ -97,8 +97,6 @@ class Hooks:
         clock: What durable timers, approval deadlines and workers read as now
             (aware, UTC). Leases are not on it: their expiry is the database's.
         faults: The crash points armed in this process.
-        wrap_store: Wraps the store of every runtime made with these hooks (a
-            test's in-process crash).
         observers: Called with ``("ran", function, key)`` each time an
             ``@idempotent`` body runs, and ``("cut", "", key)`` when a simulated
             crash refuses the record of a body that ran.
@@ -110,7 +108,6 @@ class Hooks:
 
     clock: Callable[[], datetime] = _system_now
     faults: Faults = field(default_factory=Faults)
-    wrap_store: Callable[[Store], Store] | None = None
     observers: tuple[Callable[[str, str, str], None], ...] = ()
     heirs: dict[str, str] = field(default_factory=dict)
 

@@ -114,10 +114,6 @@ class LeaseHolder:
         """The execution's journal as read when its lease was taken, while nothing has been
         written since: the actors restoring then read it from here, not each from the store."""
 
-    def entries(self) -> list[JournalEntry] | None:
-        """The journal read up front, if it is still the whole journal."""
-        return self.journal
-
     def wrote(self) -> None:
         """Something was journaled: the journal read up front is no longer all of it."""
         self.journal = None
@@ -289,7 +285,7 @@ class ActorJournal:
         handled_count = accepted = 0
         finished: dict[str, Any] | None = None
         mine = self.path + "/"
-        journal = self.holder.entries()
+        journal = self.holder.journal  # read up front, if nothing was written since
         if journal is None:
             journal = await self.store.read_journal(self.lease.execution_id)
         for entry in journal:

@@ -86,7 +86,7 @@ class Runtime:
         if clock is not None:
             hooks = hooks.replace(clock=clock)
         self.hooks = hooks
-        wrap = hooks.wrap_store or wrapping.get()
+        wrap = wrapping.get()
         if store is not None and wrap is not None:
             store = wrap(store)  # a test's in-process crash: see tether.runtime.testing
         self.store = store

@@ -194,11 +194,7 @@ def create_app(
     async def decide(execution_id: str, value: dict[str, Any], path: str | None, seq: int | None,
                      by: str) -> bool:
         """Claim, then continue in the background when this server has the runner."""
-        execution = await store.get_execution(execution_id)
-        if execution is None:
-            raise ExecutionNotFound(execution_id)
-        runner = operator.runner_for(execution)
-        await operator.decide(execution_id, value, path=path, seq=seq, by=by)  # refuses a misfit before claiming
+        runner = await operator.decide(execution_id, value, path=path, seq=seq, by=by)  # a misfit: refused first
         if runner is None or not tasks:
             return False
         done = settled[execution_id] = anyio.Event()

@@ -155,10 +155,11 @@ class Operator:
         return runner_for(self.runners, execution)
 
     async def decide(self, execution_id: str, value: BaseModel | dict[str, Any], *, path: str | None = None,
-                     seq: int | None = None, by: str | None = None) -> None:
+                     seq: int | None = None, by: str | None = None) -> Runner | None:
         """Claim a pending interrupt with a decision (validated first); the run is not continued here.
 
         The execution is ``decided`` until a process with its runner carries the decision out.
+        Returns the runner here that can (None if this process has none).
         """
         execution = await self.store.get_execution(execution_id)
         if execution is None:
@@ -168,6 +169,7 @@ class Operator:
         if runner is not None:  # its code is here: a definition the journal does not fit is refused first
             runner.check_fits(execution, journal)
         await Executions(self.store).decide(execution_id, value, path=path, seq=seq, by=by, journal=journal)
+        return runner
 
     async def resume(self, execution_id: str, value: BaseModel | dict[str, Any] | None = None, *,
                        path: str | None = None, force: bool = False, by: str | None = None) -> RunResult:
