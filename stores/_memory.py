@@ -132,7 +132,7 @@ class MemoryStore(Store):
         leased = owner is not None
         execution = Execution(
             execution_id=new.execution_id, runner=new.runner, root_path=new.root_path,
-            fingerprint=new.fingerprint, status="running" if leased else "queued", input=_json.loads(input_json),
+            fingerprint=new.fingerprint, version=new.version, status="running" if leased else "queued", input=_json.loads(input_json),
             lease_owner=owner, lease_expires_at=_ts(now + lease_seconds) if leased else None,
             lease_epoch=1 if leased else 0, wake_at=None if leased else _ts(now),
             created_at=_ts(now), updated_at=_ts(now),
@@ -260,6 +260,20 @@ class MemoryStore(Store):
         return self._add_entries(run, rows, now)
 
     # -- journal -------------------------------------------------------------
+
+    async def rewrite(self, lease: Lease, journal: Sequence[JournalEntry], *,
+                      pending: Sequence[PendingInterrupt], version: str, fingerprint: str) -> None:
+        rows = [(e.seq, e.path, e.label, e.kind, _json.dumps(e.payload, what="a journal entry"), e.created_at.timestamp())
+                for e in journal]
+        kept = {p.agent_path: (p.reason, _json.dumps(p.context, what="the interrupt's context"), p.seq,
+                               p.created_at.timestamp(), p.deadline, _json.dumps(p.default, what="the default"))
+                for p in pending}
+        await self._enter()
+        run = self._fenced(lease)
+        run.journal = sorted(rows)
+        run.pending = kept
+        run.next_seq = max([run.next_seq, *(r[0] + 1 for r in rows)])
+        self._update(run, version=version, fingerprint=fingerprint, updated_at=_ts(time.time()))
 
     async def append(self, lease: Lease, entries: Sequence[NewEntry]) -> list[int]:
         rows = entry_rows(entries)

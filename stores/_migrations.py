@@ -86,6 +86,11 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         # the most recently updated executions first.
         "CREATE INDEX tether_executions_by_updated ON tether_executions (updated_at, id)",
     ],
+    [
+        # Version 6: the version of its runner an execution started on ('' for a runner
+        # that names none); a run continues on its own version, or is migrated to another.
+        "ALTER TABLE tether_executions ADD COLUMN version TEXT NOT NULL DEFAULT ''",
+    ],
 ]
 
 POSTGRES_MIGRATIONS: list[list[str]] = [
@@ -167,5 +172,9 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
     [
         # Version 5: as for SQLite, the 'decided' status and the listing by last update.
         "CREATE INDEX tether_executions_by_updated ON tether_executions (updated_at, id)",
+    ],
+    [
+        # Version 6: as for SQLite, the runner's version an execution started on.
+        "ALTER TABLE tether_executions ADD COLUMN version text NOT NULL DEFAULT ''",
     ],
 ]

@@ -71,6 +71,7 @@ class NewExecution(_Row):
     runner: Text = Field(min_length=1, description="Name of the runner (root actor) that runs it.")
     root_path: Text = Field(min_length=1, description="Path of the root actor, e.g. 'chain:refund'.")
     fingerprint: Text = Field(default="", description="Hash of the runner's definition.")
+    version: Text = Field(default="", max_length=200, description="The runner's version ('' for none).")
     input: Json = None
 
 
@@ -81,6 +82,8 @@ class Execution(_Row):
     runner: str
     root_path: str
     fingerprint: str
+    version: str = ""
+    """The version of its runner it started on (or was migrated to); '' when the runner names none."""
     status: ExecutionStatus
     input: Json
     result: Json = None

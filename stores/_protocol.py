@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 from ._errors import ConfigurationError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The schema version this release writes; `setup()` migrates older databases to it."""
 
 
@@ -202,6 +202,26 @@ class Store(ABC):
         cancelled), which also deletes any pending interrupt left. ``wake_at``
         asks a worker to take the execution up again then (a timer). Returns the
         sequence numbers of ``entries``.
+
+        Raises:
+            StaleLease: The lease was taken over; nothing was written.
+        """
+
+    @abstractmethod
+    async def rewrite(
+        self,
+        lease: Lease,
+        journal: Sequence[JournalEntry],
+        *,
+        pending: Sequence[PendingInterrupt],
+        version: str,
+        fingerprint: str,
+    ) -> None:
+        """Replace an execution's journal, its pending interrupts and its version, atomically.
+
+        What a migration writes: every entry of ``journal`` keeps its ``seq`` and
+        time, every pending row its ``seq``, deadline and time; entries appended
+        later are numbered after the last. The lease stays held.
 
         Raises:
             StaleLease: The lease was taken over; nothing was written.

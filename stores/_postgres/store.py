@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 
 _EXEC_COLS = (
     "id, runner, root_path, fingerprint, status, input, result, error, "
-    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at"
+    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at, version"
 )
 _PENDING_COLS = "execution_id, path, reason, context, seq, created_at, deadline, default_value"
 _FINAL_SQL = "('completed', 'failed', 'cancelled')"
@@ -95,6 +95,7 @@ def _execution(row: asyncpg.Record) -> Execution:
         wake_at=row["wake_at"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        version=row["version"],
     )
 
 
@@ -371,10 +372,10 @@ class PostgresStore(DriverStore):
         rows = await self._fetch(
             f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
             "VALUES ($1, $2, $3, $4, 'running', $5::json, NULL, NULL, $6, "
-            "now() + make_interval(secs => $7), 1, now(), now(), NULL, 1) "
+            "now() + make_interval(secs => $7), 1, now(), now(), NULL, $8, 1) "
             f"ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
             new.execution_id, new.runner, new.root_path, new.fingerprint, input_json,
-            owner, float(lease_seconds), write=True,
+            owner, float(lease_seconds), new.version, write=True,
         )
         if rows:
             execution = _execution(rows[0])
@@ -390,9 +391,9 @@ class PostgresStore(DriverStore):
         input_json = _json.dumps(new.input, what="the execution's input")
         rows = await self._fetch(
             f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
-            "VALUES ($1, $2, $3, $4, 'queued', $5::json, NULL, NULL, NULL, NULL, 0, now(), now(), now(), 1) "
+            "VALUES ($1, $2, $3, $4, 'queued', $5::json, NULL, NULL, NULL, NULL, 0, now(), now(), now(), $6, 1) "
             f"ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
-            new.execution_id, new.runner, new.root_path, new.fingerprint, input_json, write=True,
+            new.execution_id, new.runner, new.root_path, new.fingerprint, input_json, new.version, write=True,
         )
         if rows:
             return StartResult(execution=_execution(rows[0]), created=True)
@@ -571,6 +572,41 @@ class PostgresStore(DriverStore):
         if not out:
             raise await self._explain_fence(lease)
         return sorted(r["seq"] for r in out)
+
+    async def rewrite(self, lease: Lease, journal: Sequence[JournalEntry], *,
+                      pending: Sequence[PendingInterrupt], version: str, fingerprint: str) -> None:
+        entries = [(lease.execution_id, e.seq, e.path, e.label, e.kind, _json.dumps(e.payload, what="a journal entry"),
+                    e.created_at) for e in journal]
+        rows = [(lease.execution_id, p.agent_path, p.reason, _json.dumps(p.context, what="the interrupt's context"),
+                 p.seq, p.created_at, p.deadline, _json.dumps(p.default, what="the interrupt's default"))
+                for p in pending]
+        last = max((e.seq for e in journal), default=0)
+
+        async def op_fn(op: Op) -> bool:
+            assert self._pool is not None
+            with self._map_errors():
+                async with self._pool.connection() as conn:
+                    op.commit()
+                    async with conn.transaction():
+                        fenced = await conn.fetchval(
+                            "UPDATE tether_executions SET version = $4, fingerprint = $5, updated_at = now(), "
+                            f"next_seq = greatest(next_seq, $6 + 1) WHERE {_FENCE} RETURNING 1",
+                            lease.execution_id, lease.epoch, lease.owner, version, fingerprint, last,
+                        )
+                        if fenced is None:
+                            return False
+                        await conn.execute("DELETE FROM tether_journal WHERE execution_id = $1", lease.execution_id)
+                        await conn.executemany(
+                            "INSERT INTO tether_journal (execution_id, seq, path, label, kind, payload, created_at) "
+                            "VALUES ($1, $2, $3, $4, $5, $6::json, $7)", entries)
+                        await conn.execute("DELETE FROM tether_pending WHERE execution_id = $1", lease.execution_id)
+                        await conn.executemany(
+                            f"INSERT INTO tether_pending ({_PENDING_COLS}) "
+                            "VALUES ($1, $2, $3, $4::json, $5, $6, $7, $8::json)", rows)
+                        return True
+
+        if not await self._run(op_fn):
+            raise await self._explain_fence(lease)
 
     async def read_journal(
         self, execution_id: str, *, after_seq: int = 0, limit: int | None = None

@@ -35,7 +35,7 @@ _INVARIANTS = (
 )
 # Every stored value is read back: (table, the columns that name a row, its other text, its JSON).
 _VALUES = (
-    ("tether_executions", ("id",), ("runner", "root_path", "fingerprint", "status", "error", "lease_owner"),
+    ("tether_executions", ("id",), ("runner", "root_path", "fingerprint", "version", "status", "error", "lease_owner"),
      ("input", "result")),
     ("tether_journal", ("execution_id", "seq"), ("path", "label", "kind"), ("payload",)),
     ("tether_pending", ("execution_id", "path"), ("reason",), ("context", "default_value")),

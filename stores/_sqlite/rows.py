@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 EXEC_COLS = (
     "id, runner, root_path, fingerprint, status, input, result, error, "
-    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at"
+    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at, version"
 )
 PENDING_COLS = "execution_id, path, reason, context, seq, created_at, deadline, default_value"
 FINAL_SQL = "('completed', 'failed', 'cancelled')"
@@ -69,6 +69,7 @@ def execution_from(row: Sequence[Any]) -> Execution:
         created_at=from_us(row[11]),
         updated_at=from_us(row[12]),
         wake_at=from_us_or_none(row[13]),
+        version=row[14],
     )
 
 

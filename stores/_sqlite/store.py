@@ -305,10 +305,10 @@ class SQLiteStore(DriverStore):
         def fn(db: sqlite3.Connection, now: int) -> StartResult:
             row = db.execute(
                 f"INSERT INTO tether_executions ({EXEC_COLS}) "
-                "VALUES (?, ?, ?, ?, 'running', ?, NULL, NULL, ?, ?, 1, ?, ?, NULL) "
+                "VALUES (?, ?, ?, ?, 'running', ?, NULL, NULL, ?, ?, 1, ?, ?, NULL, ?) "
                 f"ON CONFLICT (id) DO NOTHING RETURNING {EXEC_COLS}",
                 (new.execution_id, new.runner, new.root_path, new.fingerprint, input_json,
-                 owner, now + span_us(lease_seconds), now, now),
+                 owner, now + span_us(lease_seconds), now, now, new.version),
             ).fetchone()
             if row is not None:
                 execution = execution_from(row)
@@ -328,9 +328,10 @@ class SQLiteStore(DriverStore):
         def fn(db: sqlite3.Connection, now: int) -> StartResult:
             row = db.execute(
                 f"INSERT INTO tether_executions ({EXEC_COLS}) "
-                "VALUES (?, ?, ?, ?, 'queued', ?, NULL, NULL, NULL, NULL, 0, ?, ?, ?) "
+                "VALUES (?, ?, ?, ?, 'queued', ?, NULL, NULL, NULL, NULL, 0, ?, ?, ?, ?) "
                 f"ON CONFLICT (id) DO NOTHING RETURNING {EXEC_COLS}",
-                (new.execution_id, new.runner, new.root_path, new.fingerprint, input_json, now, now, now),
+                (new.execution_id, new.runner, new.root_path, new.fingerprint, input_json, now, now, now,
+                 new.version),
             ).fetchone()
             if row is not None:
                 return StartResult(execution=execution_from(row), created=True)
@@ -529,6 +530,25 @@ class SQLiteStore(DriverStore):
         if execution_id not in hints and len(hints) >= _SEQ_HINTS_KEPT:
             hints.clear()  # bounded: executions this store no longer writes to are forgotten
         hints[execution_id] = seq
+
+    async def rewrite(self, lease: Lease, journal: Sequence[JournalEntry], *,
+                      pending: Sequence[PendingInterrupt], version: str, fingerprint: str) -> None:
+        entries = [(lease.execution_id, e.seq, e.path, e.label, e.kind, _json.dumps(e.payload, what="a journal entry"),
+                    to_us(e.created_at)) for e in journal]
+        rows = [(lease.execution_id, p.agent_path, p.reason, _json.dumps(p.context, what="the interrupt's context"),
+                 p.seq, to_us(p.created_at), None if p.deadline is None else to_us(p.deadline),
+                 _json.dumps(p.default, what="the interrupt's default")) for p in pending]
+
+        def fn(db: sqlite3.Connection, now: int) -> None:
+            self._fence(db, lease, "version = ?, fingerprint = ?, updated_at = ?", (version, fingerprint, now))
+            db.execute("DELETE FROM tether_journal WHERE execution_id = ?", (lease.execution_id,))
+            db.executemany("INSERT INTO tether_journal (execution_id, seq, path, label, kind, payload, created_at) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?)", entries)
+            db.execute("DELETE FROM tether_pending WHERE execution_id = ?", (lease.execution_id,))
+            db.executemany(f"INSERT INTO tether_pending ({PENDING_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            self._next_seqs.pop(lease.execution_id, None)
+
+        await self._write(fn)
 
     async def read_journal(
         self, execution_id: str, *, after_seq: int = 0, limit: int | None = None

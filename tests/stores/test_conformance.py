@@ -477,6 +477,52 @@ async def test_final_status_clears_pending(store: Store) -> None:
 # -- listing pending -----------------------------------------------------------
 
 
+async def test_rewrite_replaces_journal_pending_and_version_in_one_write(store: Store) -> None:
+    _, pending_seq = await paused(store)
+    [execution] = await store.list_executions()
+    before = await store.read_journal(execution.execution_id)
+    [row] = await store.list_pending(execution_id=execution.execution_id)
+    lease = await store.acquire_lease(execution.execution_id, owner=OWNER, lease_seconds=60)
+    renamed = [e.model_copy(update={"path": e.path.replace("node:approve", "node:sign_off")}) for e in before]
+    moved = row.model_copy(update={"agent_path": "chain:refund/node:sign_off"})
+    await store.rewrite(lease, renamed, pending=[moved], version="2", fingerprint="f2")
+    [seq] = await store.append(lease, [entry("migrated", {"to": "2"})])
+    await store.release_lease(lease, status="paused")
+
+    after = await store.read_journal(execution.execution_id)
+    assert [(e.seq, e.path, e.created_at, e.payload) for e in after[:-1]] == \
+        [(e.seq, e.path, e.created_at, e.payload) for e in renamed]
+    assert seq == before[-1].seq + 1 == after[-1].seq
+    [now_pending] = await store.list_pending(execution_id=execution.execution_id)
+    assert (now_pending.agent_path, now_pending.seq, now_pending.created_at) == \
+        ("chain:refund/node:sign_off", pending_seq, row.created_at)
+    changed = await store.get_execution(execution.execution_id)
+    assert changed is not None and (changed.version, changed.fingerprint, changed.status) == ("2", "f2", "paused")
+    claimed = await store.claim(execution.execution_id, {"approved": True}, path="chain:refund/node:sign_off")
+    assert claimed.payload["suspended_seq"] == pending_seq  # type: ignore[index]
+
+
+async def test_a_rewrite_with_a_stale_lease_writes_nothing(store: Store) -> None:
+    old = await started(store)
+    await store.append(old, [entry("node:a", 1)])
+    await store.release_lease(old)
+    await store.acquire_lease(old.execution_id, owner="proc-b", lease_seconds=60)
+    with pytest.raises(StaleLease):
+        await store.rewrite(old, [], pending=[], version="2", fingerprint="f2")
+    assert [e.label for e in await store.read_journal(old.execution_id)] == ["node:a"]
+    execution = await store.get_execution(old.execution_id)
+    assert execution is not None and (execution.version, execution.fingerprint) == ("", "f1")
+
+
+async def test_an_execution_keeps_the_version_it_started_on(store: Store) -> None:
+    started_on = await store.start_execution(new().model_copy(update={"version": "7"}), owner=OWNER,
+                                             lease_seconds=60)
+    queued = await store.enqueue_execution(new())
+    assert started_on.execution.version == "7" and queued.execution.version == ""
+    again = await store.get_execution(started_on.execution.execution_id)
+    assert again is not None and again.version == "7"
+
+
 async def test_list_pending_filters_by_prefix_and_pages_oldest_first(store: Store) -> None:
     paths = [
         "supervisor:planner/worker:auditor/tool:approve_refund",
