@@ -42,6 +42,8 @@ class Agent(Runner):
             ``result.output`` is then an instance of it.
         max_turns: LLM calls allowed per run before it fails with `MaxTurnsExceeded`.
         lease_seconds: How long a crashed run's lease outlives its process.
+        version: The version runs start on (``"2"``); a run continues on the version it
+            started on when that is loaded (docs/versions.md). Default: none.
 
     Example:
         ```python
@@ -62,6 +64,7 @@ class Agent(Runner):
         output_type: type[BaseModel] | None = None,
         max_turns: int = 20,
         lease_seconds: float = 30.0,
+        version: str | None = None,
     ) -> None:
         if max_turns < 1:
             raise ConfigurationError(f"max_turns={max_turns}: an agent needs at least one turn.")
@@ -77,6 +80,7 @@ class Agent(Runner):
         self.output_type = output_type
         self.max_turns = max_turns
         self.lease_seconds = lease_seconds
+        self.version = self._versioned(version)
         self.tools: dict[str, FunctionTool] = {}
         for given in tools:
             tool = given if isinstance(given, FunctionTool) else FunctionTool(given)

@@ -59,6 +59,8 @@ class Chain(Runner):
         state: A pydantic model for the state; nodes then receive it typed.
         entry: The first node (default: the first added).
         lease_seconds: How long a crashed run's lease outlives its process.
+        version: The version runs start on (``"2"``); a run continues on the version it
+            started on when that is loaded (docs/versions.md). Default: none.
 
     Example:
         ```python
@@ -77,11 +79,13 @@ class Chain(Runner):
         state: type[BaseModel] | None = None,
         entry: str | None = None,
         lease_seconds: float = 30.0,
+        version: str | None = None,
     ) -> None:
         self.name: str = self._named("chain", name)
         self.store = store
         self.state_model = state
         self.lease_seconds = lease_seconds
+        self.version = self._versioned(version)
         self._entry = entry
         self._nodes: dict[str, NodeFn] = {}
         self._async: dict[str, bool] = {}  # per node: called on the loop, or in a worker thread

@@ -112,6 +112,8 @@ class Swarm(Runner):
         store: Where its executions are journaled.
         max_handoffs: Handoffs allowed per run before it fails with `MaxHandoffsExceeded`.
         lease_seconds: How long a crashed run's lease outlives its process.
+        version: The version runs start on (``"2"``); a run continues on the version it
+            started on when that is loaded (docs/versions.md). Default: none.
 
     Example:
         ```python
@@ -131,10 +133,12 @@ class Swarm(Runner):
         handoffs: Mapping[str, Sequence[str]] | None = None,
         max_handoffs: int = 10,
         lease_seconds: float = 30.0,
+        version: str | None = None,
     ) -> None:
         self.name: str = self._named("swarm", name)
         self.store = store
         self.lease_seconds = lease_seconds
+        self.version = self._versioned(version)
         self.max_handoffs = max_handoffs
         self.agents: dict[str, Agent] = _by_name(agents, f"Swarm {name!r}")
         if entrypoint not in self.agents:
@@ -227,6 +231,8 @@ class Supervisor(Runner):
         max_turns: The supervisor's LLM calls allowed per run.
         max_delegations: Delegations allowed per run before it fails with `MaxDelegationsExceeded`.
         lease_seconds: How long a crashed run's lease outlives its process.
+        version: The version runs start on (``"2"``); a run continues on the version it
+            started on when that is loaded (docs/versions.md). Default: none.
     """
 
     def __init__(
@@ -241,10 +247,12 @@ class Supervisor(Runner):
         max_turns: int = 20,
         max_delegations: int = 10,
         lease_seconds: float = 30.0,
+        version: str | None = None,
     ) -> None:
         self.name: str = self._named("supervisor", name)
         self.store = store
         self.lease_seconds = lease_seconds
+        self.version = self._versioned(version)
         self.max_delegations = max_delegations
         self.agent: Agent = Agent(name, llm=llm, tools=tools, system_prompt=system_prompt, max_turns=max_turns)
         self.workers: dict[str, Worker] = {}

@@ -30,6 +30,7 @@ TetherError
 │   └── SupervisionEscalated   children kept crashing past the restart intensity
 ├── SerializationError (also ValueError)   a value is not JSON
 ├── ConfigurationError (also ValueError)   a bad URL, option, argument or definition
+│   └── MigrationFailed        a migration function raised, or left a misfit; nothing changed
 └── UsageError (also RuntimeError)         the API was used out of order
 ```
 
@@ -73,11 +74,18 @@ from ._core.interrupt import (
     call_scope as call_scope,
     interrupt as interrupt,
 )
+from ._core.patching import patched as patched
 from ._core.policies import RestartPolicy as RestartPolicy, SupervisionStrategy as SupervisionStrategy
 from ._core.ref import ActorRef as ActorRef
 from ._core.timers import sleep as sleep, sleep_until as sleep_until
 from ._core.version import __version__ as __version__
 from ._executions.history import Boundary as Boundary, fork as fork, history as history
+from ._executions.migration import (
+    Migrated as Migrated,
+    Migration as Migration,
+    MigrationFailed as MigrationFailed,
+    migrate as migrate,
+)
 from ._executions.runner import Runner as Runner
 from ._executions.runtime import Runtime as Runtime
 from ._executions.service import Executions as Executions
@@ -99,6 +107,9 @@ __all__ = (
     "ExecutionWorker",
     "Executions",
     "LeaseHeld",
+    "Migrated",
+    "Migration",
+    "MigrationFailed",
     "NoPendingInterrupt",
     "NoState",
     "PendingInterrupt",
@@ -127,6 +138,8 @@ __all__ = (
     "idempotency_key",
     "idempotent",
     "interrupt",
+    "migrate",
+    "patched",
     "serve_executions",
     "sleep",
     "sleep_until",

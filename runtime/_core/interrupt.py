@@ -147,6 +147,11 @@ class CallScope:
     """Decisions per call path, oldest first: each is consumed by one call (see `take`)."""
     opened: dict[str, int] = field(default_factory=dict)
     """How many calls of each name this message has opened: numbers never repeat."""
+    decided: frozenset[str] = frozenset()
+    """The paths that had decisions when the message was taken up: calls an earlier handling paused in."""
+
+    def __post_init__(self) -> None:
+        self.decided = frozenset(self.resume_values)
 
     def take(self, path: str, reason: str, context: JsonValue) -> Answer | None:
         """The decision for the call at ``path`` asking ``reason`` about ``context``, consumed.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,16 @@ if TYPE_CHECKING:
     from tether.stores import JournalEntry
 
     from .hooks import Hooks
+
+
+@dataclass(frozen=True)
+class Carried:
+    """A durable step answered without the store (`patched`), written with the actor's next boundary."""
+
+    inbox_seq: int | None
+    label: str
+    key: str
+    result: Any
 
 
 class MessageCodec:
@@ -182,6 +193,8 @@ class ActorJournal:
         self.asks: dict[str, tuple[int, bool, Any]] = {}
         """Ask id -> (inbox seq, handled?, reply): a repeated ask finds its first answer."""
         self._ids: dict[int, str] = {}
+        self._carried: list[Carried] = []
+        self._carrying = threading.Lock()  # `carry` may be called from a worker thread
 
     @property
     def lease(self) -> Lease:
@@ -205,11 +218,28 @@ class ActorJournal:
         )
         return cls(LeaseHolder(store, lease), path, codec, snapshot_every, hooks)
 
+    def carry(self, step: Carried) -> None:
+        """Journal ``step`` with the next boundary this actor writes (safe from a worker thread).
+
+        Until then a crash loses it, and nothing the call did after it is
+        journaled either: the call, made again, comes to the same answer.
+        """
+        with self._carrying:
+            self._carried.append(step)
+
+    def _with_carried(self, entries: list[NewEntry]) -> list[NewEntry]:
+        if not self._carried:
+            return entries
+        with self._carrying:
+            carried, self._carried = self._carried, []
+        return [NewEntry(path=self.path, label=c.label,
+                         payload={"inbox": c.inbox_seq, "step": c.key, "result": c.result}) for c in carried] + entries
+
     async def record_inbox(self, message: Any, ask_id: str | None) -> int:
         payload: dict[str, Any] = {"message": self.codec.encode(message), "id": ask_id}
-        entries = [NewEntry(path=self.path, label="inbox", payload=payload)]
+        entries = self._with_carried([NewEntry(path=self.path, label="inbox", payload=payload)])
         self.holder.wrote()
-        [seq] = await self.store.append(self.lease, entries)
+        seq = (await self.store.append(self.lease, entries))[-1]
         self.accepted += 1
         self.hooks.faults.wrote(entries)
         if ask_id is not None:
@@ -229,7 +259,7 @@ class ActorJournal:
             # before releasing the lease leaves a run the next recovery completes at once.
             payload["finish"] = {"output": finish[1]}
         self.handled += 1
-        entries = [NewEntry(path=self.path, label=f"msg:{self.handled}", payload=payload)]
+        entries = self._with_carried([NewEntry(path=self.path, label=f"msg:{self.handled}", payload=payload)])
         if self.handled % self.snapshot_every == 0:
             entries.append(self._snapshot(state))
         try:
@@ -249,7 +279,8 @@ class ActorJournal:
         # replay is the one its decision goes to.
         asked: dict[str, Any] = {"inbox": inbox_seq, "path": path, "expect": expect, "reason": reason,
                  "context": content_digest(context)}
-        entries = [self._snapshot(state), NewEntry(path=self.path, label="suspended", kind="suspended", payload=asked)]
+        entries = self._with_carried(
+            [self._snapshot(state), NewEntry(path=self.path, label="suspended", kind="suspended", payload=asked)])
         deadline = None if patience is None else self.hooks.now() + patience
         interrupt = NewInterrupt(path=path, reason=reason, context=context, deadline=deadline, default=default)
         try:
@@ -261,7 +292,7 @@ class ActorJournal:
 
     async def record_step(self, inbox_seq: int | None, label: str, key: str, result: Any) -> None:
         payload = {"inbox": inbox_seq, "step": key, "result": result}
-        entries = [NewEntry(path=self.path, label=label, payload=payload)]
+        entries = self._with_carried([NewEntry(path=self.path, label=label, payload=payload)])
         self.holder.wrote()
         await self.store.append(self.lease, entries)
         self.hooks.faults.wrote(entries)

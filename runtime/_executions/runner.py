@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -17,17 +18,19 @@ from tether.runtime._core.actor import check_name
 from tether.stores import ConfigurationError, NewExecution
 
 from .history import _UNSET, Boundary, fork, history
-from .runtime import Runtime
-from .service import Executions, refuse_misfit
+from .runtime import Runtime, check_runner
+from .service import Executions
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from pydantic import BaseModel, JsonValue
     from tether.runtime._core.actor import Actor
     from tether.runtime._core.execution import RunResult
     from tether.runtime._core.interrupt import Resume
     from tether.stores import Execution, JournalEntry, Lease, Store
+
+    from .migration import Migrate
 
 
 class Runner:
@@ -36,12 +39,61 @@ class Runner:
     name: str
     store: Store | None
     lease_seconds: float
+    version: str | None = None
+    """The version runs start on; None (the default): this runner names none."""
     _actor: type[Actor[Any]]
+    _migrations: dict[str, Migrate] | None = None
     _prepared: tuple[str, str] | None = None  # the definition last checked, and its hash
 
     def _named(self, kind: str, name: str) -> str:
         """``name``, refused at once (`ConfigurationError`) if it cannot be a path segment."""
         return check_name(kind, name)
+
+    def _versioned(self, version: str | None) -> str | None:
+        """``version``, refused at once (`ConfigurationError`) unless it is None or a short name."""
+        if version is not None and (not isinstance(version, str) or not version.strip() or len(version) > 200
+                                    or version != version.strip()):
+            raise ConfigurationError(
+                f"version={version!r}: give a version as a short, non-empty string without surrounding "
+                f"spaces (\"2\", \"2026-12-refunds\"), or leave it out."
+            )
+        return version
+
+    def migrate(self, *, from_version: str) -> Callable[[Migrate], Migrate]:
+        """Register a function that moves a run of ``from_version`` onto this runner's version.
+
+        It gets a `Migration` of the run (its journal, its pending interrupts)
+        and changes it: ``rename`` a node, tool, member or worker, ``drop`` what
+        this version no longer has, ``replace`` a step's result. `tether migrate`
+        (or `tether.runtime.migrate`) applies it once, atomically, and journals
+        what it changed; if it raises, nothing changes.
+
+        Example:
+            ```python
+            @refunds_v2.migrate(from_version="1")
+            def review_is_now_sign_off(run: Migration) -> None:
+                run.rename("node:review", "node:sign_off")
+            ```
+        """
+        if self.version is None:
+            raise ConfigurationError(
+                f"{type(self).__name__} {self.name!r} has no version to migrate runs to: give it one "
+                f"(version=\"2\") before registering a migration from {from_version!r}."
+            )
+        if from_version == self.version:
+            raise ConfigurationError(f"A migration from version {from_version!r} to itself changes nothing.")
+
+        def register(fn: Migrate) -> Migrate:
+            if self._migrations is None:
+                self._migrations = {}
+            self._migrations[from_version] = fn
+            return fn
+
+        return register
+
+    def migration_from(self, version: str) -> Migrate | None:
+        """The function registered with ``@migrate(from_version=version)``, if any."""
+        return (self._migrations or {}).get(version)
 
     def check(self) -> None:
         """Refuse a definition that cannot run; called before a run or resume whose definition changed."""
@@ -77,11 +129,8 @@ class Runner:
         return None
 
     def check_fits(self, execution: Execution, journal: Sequence[JournalEntry]) -> None:
-        """Refuse (`ConfigurationError`) to continue ``execution`` if its journal does not fit this definition."""
-        if execution.fingerprint and self.fingerprint != execution.fingerprint:
-            problem = self.misfit(journal)
-            if problem is not None:
-                raise refuse_misfit(execution, self.fingerprint, problem)
+        """Refuse (`ConfigurationError`) to continue ``execution`` on another version, or one its journal does not fit."""
+        check_runner(execution, self._prepare(), journal)
 
     def definition(self) -> Any:
         """What a journal depends on (names of nodes, tools, members), not prompts or code."""
@@ -98,7 +147,10 @@ class Runner:
         return _digest(self._described())
 
     def _described(self) -> str:
-        return json.dumps([type(self).__name__, self.name, self.definition()], sort_keys=True)
+        described = [type(self).__name__, self.name, self.definition()]
+        if self.version is not None:  # an unversioned runner's hash is what it always was
+            described.append({"version": self.version})
+        return json.dumps(described, sort_keys=True)
 
     def _prepare(self) -> type[Actor[Any]]:
         # Checked again only when the definition changed: a 200-node chain's check and
@@ -109,6 +161,7 @@ class Runner:
             self.check()
             prepared = self._prepared = (described, _digest(described))
         self._actor.fingerprint = prepared[1]  # type: ignore[attr-defined]
+        self._actor.version = self.version or ""  # type: ignore[attr-defined]
         self._actor.misfit = self.misfit  # type: ignore[attr-defined]  # for a run its definition changed under
         return self._actor
 
@@ -147,7 +200,7 @@ class Runner:
         actor = self._prepare()
         return await Executions(self._store()).enqueue(
             NewExecution(execution_id=execution_id, runner=actor.__qualname__, root_path=self.root_path,
-                         fingerprint=self.fingerprint, input=data)
+                         fingerprint=self.fingerprint, version=self.version or "", input=data)
         )
 
     async def decide(
@@ -245,14 +298,28 @@ class Runner:
 def runner_for(runners: Sequence[Runner], execution: Execution) -> Runner | None:
     """The runner among ``runners`` that continues ``execution``, or None if there is none.
 
-    The one with the definition that started it, else one of the same root path:
-    whether a changed definition can continue it is judged against its journal
-    when it is taken up (`Runtime.resume`, `Runtime.drive`).
+    Of those with its root path: the one of its version (with the definition that
+    started it, if several), else the newest. Whether that one may continue it is
+    judged when it is taken up (`Runtime.resume`, `Runtime.drive`): another
+    version may not, a changed definition may if its journal fits.
     """
     alike = [runner for runner in runners if runner.root_path == execution.root_path]
-    same = [runner for runner in alike if runner.fingerprint == execution.fingerprint]
-    found = same or alike
-    return found[0] if found else None
+    versioned = [runner for runner in alike if (runner.version or "") == execution.version] or alike
+    same = [runner for runner in versioned if runner.fingerprint == execution.fingerprint]
+    found = same or versioned
+    return newest(found) if found else None
+
+
+def newest(runners: Sequence[Runner]) -> Runner:
+    """The runner of the highest version (``"10"`` after ``"9"``; no version first), the last given on a tie."""
+    return max(reversed(runners), key=lambda runner: version_key(runner.version))
+
+
+def version_key(version: str | None) -> tuple[tuple[int, int | str], ...]:
+    """How versions are ordered: digits as numbers, the rest as text, none before any."""
+    if version is None:
+        return ()
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.findall(r"\d+|\D+", version))
 
 
 Shape = dict[str, "Shape | None"]

@@ -30,7 +30,7 @@ from tether.stores import (
     UsageError,
 )
 
-from .service import Executions, refuse_misfit
+from .service import Executions, refuse_misfit, refuse_version
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -226,7 +226,8 @@ class Runtime:
         owner = service.drive_owner(execution_id)
         started = await service.store.start_execution(
             NewExecution(execution_id=execution_id, runner=getattr(factory, "__qualname__", kind),
-                         root_path=root_path, fingerprint=getattr(factory, "fingerprint", ""), input=input),
+                         root_path=root_path, fingerprint=getattr(factory, "fingerprint", ""),
+                         version=getattr(factory, "version", ""), input=input),
             owner=owner, lease_seconds=self._settings.lease_seconds,
         )
         if started.created:
@@ -507,7 +508,7 @@ class Runtime:
         return await self._service().enqueue(
             NewExecution(execution_id=execution_id, runner=getattr(factory, "__qualname__", kind),
                          root_path=segment(kind, name), fingerprint=getattr(factory, "fingerprint", ""),
-                         input=input),
+                         version=getattr(factory, "version", ""), input=input),
         )
 
 
@@ -553,15 +554,16 @@ def _outage(error: BaseException | None) -> bool:
 
 def check_runner(execution: Execution, factory: ActorFactory[Any, Any],
                  journal: Sequence[JournalEntry] | None = None) -> None:
-    """Refuse to continue an execution with a root it was not started by, or one its journal does not fit.
+    """Refuse to continue an execution with a root it was not started by, another version, or a misfit.
 
-    A definition that changed since the run started may continue it when its
+    A run continues on the version it started on. A definition that changed since
+    the run started, with the same version (or none), may continue it when its
     journal fits (every node, tool, member and worker it names is still there):
     nodes or tools added, prompts or function bodies changed.
 
     Raises:
-        ConfigurationError: Another kind of root, or a definition the journal
-            cannot be replayed against (the message names what is missing).
+        ConfigurationError: Another kind of root, another version, or a definition
+            the journal cannot be replayed against (the message names what is missing).
     """
     kind = execution.root_path.partition(":")[0]
     if kind != getattr(factory, "kind", "actor"):
@@ -570,9 +572,13 @@ def check_runner(execution: Execution, factory: ActorFactory[Any, Any],
             f"not by {getattr(factory, '__qualname__', factory)!r}. Resume it with the same runner."
         )
     fingerprint = getattr(factory, "fingerprint", "")
+    misfit: Callable[[Sequence[JournalEntry]], str | None] | None = getattr(factory, "misfit", None)
+    version = getattr(factory, "version", "")
+    if execution.version and version != execution.version:
+        problem = None if misfit is None or journal is None else misfit(journal)
+        raise refuse_version(execution, version, problem)
     if not (execution.fingerprint and fingerprint and fingerprint != execution.fingerprint):
         return
-    misfit: Callable[[Sequence[JournalEntry]], str | None] | None = getattr(factory, "misfit", None)
     problem = "its definition changed" if misfit is None or journal is None else misfit(journal)
     if problem is not None:
         raise refuse_misfit(execution, fingerprint, problem)

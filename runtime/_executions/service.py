@@ -206,6 +206,21 @@ def refuse_misfit(execution: Execution, fingerprint: str, problem: str) -> Confi
     )
 
 
+def refuse_version(execution: Execution, version: str, problem: str | None) -> ConfigurationError:
+    """The refusal to continue ``execution`` on another version than its own, with whether its journal fits."""
+    here = f"version {version!r}" if version else "a definition without a version"
+    fits = (f", which does not fit its journal: {problem}" if problem is not None
+            else ", whose definition fits its journal")
+    move = (f"migrate it: tether migrate {execution.execution_id} --to {version} (with a migration registered "
+            f"with @runner.migrate(from_version={execution.version!r}) if its journal needs one)") if version \
+        else "give this definition a version and migrate the run to it"
+    return ConfigurationError(
+        f"Execution {execution.execution_id!r} started on version {execution.version!r} of "
+        f"{execution.root_path}, and this process has {here}{fits}. Load version {execution.version!r} "
+        f"beside it (an --app list may hold both), or {move}. Nothing was claimed."
+    )
+
+
 def _pending_suspensions(journal: list[JournalEntry]) -> list[Any]:
     """The ``suspended`` entries no ``resumed`` entry answered yet, oldest first.
 

@@ -15,11 +15,12 @@ from typing import Any
 import anyio
 from _child import run_child, say
 from tether.actors import Chain
-from tether.runtime import interrupt
+from tether.runtime import interrupt, patched
 from tether.stores import Store
 
 RUNS_FILE = os.environ["TETHER_TEST_RUNS"]
 BLOCK = os.environ.get("TETHER_TEST_BLOCK", "")
+CODE = os.environ.get("TETHER_TEST_CODE", "new")  # the "patch" scenario's approve: before or after patched()
 
 
 def visits(name: str) -> int:
@@ -27,15 +28,23 @@ def visits(name: str) -> int:
         return sum(1 for line in runs if line.strip() == name)
 
 
+def note(line: str) -> None:
+    with open(RUNS_FILE, "a") as runs:
+        runs.write(line + "\n")
+        runs.flush()
+        os.fsync(runs.fileno())
+
+
+def block_at(name: str) -> None:
+    if BLOCK == f"{name}:{visits(name)}":
+        say(f"in {name}")
+        anyio.from_thread.run(anyio.sleep_forever)  # killed here
+
+
 def node(name: str, **update: Any) -> Any:
     def fn(state: Any) -> dict[str, Any]:
-        with open(RUNS_FILE, "a") as runs:
-            runs.write(name + "\n")
-            runs.flush()
-            os.fsync(runs.fileno())
-        if BLOCK == f"{name}:{visits(name)}":
-            say(f"in {name}")
-            anyio.from_thread.run(anyio.sleep_forever)  # killed here
+        note(name)
+        block_at(name)
         counts = dict(state.get("counts", {}))
         counts[name] = counts.get(name, 0) + 1
         return {"counts": counts, name: True, **update}
@@ -47,6 +56,16 @@ def node(name: str, **update: Any) -> Any:
 def approve(state: Any) -> dict[str, Any]:
     decision = interrupt("manager_approval", {"amount": state["amount"]})
     return {"approved": decision.approved}
+
+
+def approve_patched(state: Any) -> dict[str, Any]:
+    """``approve`` after a deploy that pages first: killed, when asked, between the check and its boundary."""
+    paged = patched("page-first")
+    note(f"patched:{paged}")
+    note("approve")
+    block_at("approve")
+    decision = interrupt("manager_approval", {"amount": state["amount"]})
+    return {"approved": decision.approved, "paged": paged}
 
 
 def build(scenario: str, store: Store) -> Chain:
@@ -73,9 +92,9 @@ def build(scenario: str, store: Store) -> Chain:
         chain.add_node(node("n2"))
         chain.add_edge("n1", "n2")
         chain.add_edge("n2", "n1", max_iterations=3)
-    elif scenario == "approval":
+    elif scenario in ("approval", "patch"):
         chain.add_node(node("validate"))
-        chain.add_node(approve)
+        chain.add_node(approve_patched if scenario == "patch" and CODE == "new" else approve, "approve")
         chain.add_node(node("charge"))
         chain.add_edge("validate", "approve")
         chain.add_edge("approve", "charge")

@@ -38,7 +38,8 @@ class Scenario:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    def kill_inside(self, scenario: str, block: str, also_recorded: str | tuple[str, ...] = ()) -> None:
+    def kill_inside(self, scenario: str, block: str, also_recorded: str | tuple[str, ...] = (),
+                    mode: str = "run") -> None:
         """Run, and SIGKILL the child once it blocks in ``block`` and has journaled ``also_recorded``.
 
         The child says both on its stdout (see _child.py): the wait is on the pipe.
@@ -46,7 +47,7 @@ class Scenario:
         env = {**self.env, "TETHER_TEST_BLOCK": block}
         labels = (also_recorded,) if isinstance(also_recorded, str) else also_recorded
         awaited = {f"in {block.split(':')[0]}", *(f"recorded {label}" for label in labels)}
-        with subprocess.Popen(self.command(scenario, "run"), stdout=subprocess.PIPE, text=True, env=env) as proc:
+        with subprocess.Popen(self.command(scenario, mode), stdout=subprocess.PIPE, text=True, env=env) as proc:
             assert proc.stdout is not None
             for line in proc.stdout:
                 awaited.discard(line.strip())

@@ -1,0 +1,304 @@
+"""Moving a run from one version of its runner to another.
+
+A run continues on the version it started on. When that code is gone, or the
+run should take the new one, a migration moves it: a function registered with
+``@runner.migrate(from_version="1")`` renames what the new version calls
+otherwise, drops what it no longer has, and may replace a step's result. The
+journal and pending interrupts are rewritten in one transaction, under the
+run's lease, with a ``migrated`` entry that says what changed; a function that
+raises, or a result the new version still cannot replay, changes nothing.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from tether.runtime._core.owners import process_owner, tag
+from tether.stores import ConfigurationError, ExecutionNotFound, JournalEntry, NewEntry, TetherError
+
+from .history import _boundary, _updated
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Sequence
+
+    from pydantic import JsonValue
+    from tether.stores import Execution, ExecutionStatus, PendingInterrupt, Store
+
+    from .runner import Runner
+
+    Migrate = Callable[["Migration"], "None | Awaitable[None]"]
+    """A migration function: it changes the `Migration` it is given."""
+
+
+class MigrationFailed(ConfigurationError):
+    """A migration function raised, or left a journal the new version cannot replay; nothing changed."""
+
+
+@dataclass
+class Migration:
+    """A run on its way to another version: what a migration function changes.
+
+    Attributes:
+        execution: The run, as stored (``execution.version`` is the one it leaves).
+        journal: Its journal as it will be written; read it to decide what to change.
+        pending: Its pending interrupts as they will be written.
+        changes: What was changed so far, in words (journaled with the migration).
+    """
+
+    execution: Execution
+    journal: list[JournalEntry]
+    pending: list[PendingInterrupt]
+    changes: list[str] = field(default_factory=list)
+
+    def rename(self, old: str, new: str) -> None:
+        """Rename a path segment everywhere the run holds it: ``rename("node:review", "node:sign_off")``.
+
+        Works for nodes, tools (also in the LLM turns that called them), agents
+        and workers; the pending interrupts move with it.
+
+        Raises:
+            ConfigurationError: The segments are not ``kind:name`` of one kind.
+        """
+        kind, name = _segment(old)
+        new_kind, new_name = _segment(new)
+        if kind != new_kind:
+            raise ConfigurationError(f"rename({old!r}, {new!r}): a {kind} can only be renamed to another {kind}.")
+
+        def moved(path: str) -> str:
+            return "/".join(_renamed(part, old, new) for part in path.split("/"))
+
+        touched = 0
+        for index, entry in enumerate(self.journal):
+            payload = _renamed_payload(entry.payload, old, new, moved, name, new_name if kind == "tool" else None)
+            changed = entry.model_copy(update={"path": moved(entry.path), "label": _renamed(entry.label, old, new),
+                                               "payload": payload})
+            if changed != entry:
+                touched += 1
+                self.journal[index] = changed
+        for index, row in enumerate(self.pending):
+            if moved(row.agent_path) != row.agent_path:
+                touched += 1
+                self.pending[index] = row.model_copy(update={"agent_path": moved(row.agent_path)})
+        self.changes.append(f"renamed {old} to {new} ({touched} entries)")
+
+    def drop(self, segment: str) -> None:
+        """Forget what the run did at or below a segment: ``drop("tool:legacy_lookup")``.
+
+        Its steps, suspensions, decisions and pending interrupts go. A dropped
+        node is not run again unless the new version reaches it; a dropped call
+        the run is paused in is made again when the run continues, on the new
+        version (a tool it no longer has answers the LLM that it does not exist).
+
+        Raises:
+            ConfigurationError: The segment is not ``kind:name``.
+        """
+        _segment(segment)
+
+        def under(path: str) -> bool:
+            return any(_renamed(part, segment, "") != part for part in path.split("/"))
+
+        kept = [entry for entry in self.journal if not _holds(entry, under)]
+        dropped = len(self.journal) - len(kept)
+        self.journal[:] = kept
+        pending = [row for row in self.pending if not under(row.agent_path)]
+        dropped += len(self.pending) - len(pending)
+        self.pending[:] = pending
+        self.changes.append(f"dropped {segment} ({dropped} entries)")
+
+    def replace(self, at: int | str, result: JsonValue) -> None:
+        """Replace what a step or a decision holds, as ``fork(update=...)`` does: ``replace("node:quote", {...})``.
+
+        Raises:
+            ConfigurationError: ``at`` names no boundary, or one with no result or decision.
+        """
+        index = _boundary(self.journal, at, self.execution.execution_id) - 1
+        entry = self.journal[index]
+        updated = _updated(self.journal, entry, result, self.execution.execution_id)
+        self.journal[index] = entry.model_copy(update={"payload": updated.payload})
+        self.changes.append(f"replaced the result at {entry.seq} ({entry.path}/{entry.label})")
+
+
+@dataclass(frozen=True)
+class Migrated:
+    """What `migrate` did (or, with ``dry_run``, would do) to one run."""
+
+    execution_id: str
+    from_version: str
+    to_version: str
+    changes: list[str]
+    written: bool
+
+    def as_json(self) -> dict[str, Any]:
+        return {"execution_id": self.execution_id, "from": self.from_version, "to": self.to_version,
+                "changes": self.changes, "written": self.written}
+
+
+async def migrate(store: Store, execution_id: str, runner: Runner, *, dry_run: bool = False,
+                  by: str | None = None) -> Migrated:
+    """Move a run onto ``runner``'s version, with the migration registered for its own, once.
+
+    Without a registered migration a run moves only when its journal fits the
+    new version as it is. Under the run's lease, the journal, pending interrupts
+    and version are rewritten in one transaction and a ``migrated`` entry says
+    what changed; the run then stands where it stood (paused, decided, ...) on
+    the new version. With ``dry_run`` nothing is written: the result says what
+    would change.
+
+    Raises:
+        ExecutionNotFound: No such execution.
+        ConfigurationError: It finished, it is on that version already, it is of
+            another runner, or it needs a migration nobody registered.
+        MigrationFailed: The migration function raised, or its result still
+            does not fit; nothing changed.
+        LeaseHeld: A live process is running it; migrate it once it pauses.
+    """
+    execution = await store.get_execution(execution_id)
+    if execution is None:
+        raise ExecutionNotFound(execution_id)
+    target = runner.version or ""
+    _check_movable(execution, runner, target)
+    if dry_run:
+        loaded = await store.load_execution(execution_id)
+        if loaded is None:
+            raise ExecutionNotFound(execution_id)
+        execution, journal = loaded
+        migration = await _migrated(execution, journal, await store.list_pending(execution_id=execution_id), runner)
+        return Migrated(execution_id, execution.version, target, migration.changes, written=False)
+    lease = await store.acquire_lease(execution_id, owner=f"{process_owner()}/migrate{tag()}", lease_seconds=60)
+    try:
+        # Under the lease nobody else writes (a claim waits for it): what is migrated is what is written.
+        loaded = await store.load_execution(execution_id)
+        if loaded is None:
+            raise ExecutionNotFound(execution_id)
+        _, journal = loaded
+        migration = await _migrated(execution, journal, await store.list_pending(execution_id=execution_id), runner)
+        await store.rewrite(lease, migration.journal, pending=migration.pending, version=target,
+                            fingerprint=runner.fingerprint)
+        record: dict[str, JsonValue] = {"from": execution.version, "to": target, "changes": list(migration.changes)}
+        if by is not None:
+            record["by"] = by
+        status, wake_at = _standing(execution, migration)
+        await store.release_lease(lease, status=status, wake_at=wake_at,
+                                  entries=[NewEntry(path=execution.root_path, label="migrated", payload=record)])
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            try:
+                await store.release_lease(lease, status=execution.status, wake_at=execution.wake_at)
+            except TetherError:
+                pass  # released above, or taken over: either way not ours to give back
+        raise
+    return Migrated(execution_id, execution.version, target, migration.changes, written=True)
+
+
+def _check_movable(execution: Execution, runner: Runner, target: str) -> None:
+    if execution.root_path != runner.root_path:
+        raise ConfigurationError(
+            f"Execution {execution.execution_id!r} is a run of {execution.root_path}, not of {runner.root_path}: "
+            f"migrate it with a version of its own runner."
+        )
+    if execution.finished:
+        raise ConfigurationError(
+            f"Execution {execution.execution_id!r} is {execution.status}: a finished run has nothing to migrate."
+        )
+    if execution.version == target:
+        raise ConfigurationError(
+            f"Execution {execution.execution_id!r} is on version {target!r} already: nothing to migrate."
+        )
+
+
+async def _migrated(execution: Execution, journal: Sequence[JournalEntry], pending: Sequence[PendingInterrupt],
+                    runner: Runner) -> Migration:
+    """The run as the migration function leaves it, checked against the new version."""
+    migration = Migration(execution, list(journal), list(pending))
+    function = runner.migration_from(execution.version)
+    target = runner.version or ""
+    if function is not None:
+        try:
+            outcome = function(migration)
+            if inspect.isawaitable(outcome):
+                await outcome
+        except Exception as exc:
+            raise MigrationFailed(
+                f"The migration of {execution.execution_id!r} from version {execution.version!r} to {target!r} "
+                f"({getattr(function, '__qualname__', function)}) raised {type(exc).__name__}: {exc}. Nothing "
+                f"changed: the run stays on version {execution.version!r}."
+            ) from exc
+    problem = runner.misfit(migration.journal)
+    if problem is not None:
+        if function is None:
+            raise ConfigurationError(
+                f"Execution {execution.execution_id!r} cannot move from version {execution.version!r} to "
+                f"{target!r} as it is: {problem}. Register a migration with "
+                f"@runner.migrate(from_version={execution.version!r}) that renames or drops it."
+            )
+        raise MigrationFailed(
+            f"After its migration, the journal of {execution.execution_id!r} still does not fit version "
+            f"{target!r}: {problem}. Nothing changed: the run stays on version {execution.version!r}."
+        )
+    if function is None:
+        migration.changes.append("none needed: its journal fits")
+    return migration
+
+
+def _standing(execution: Execution, migration: Migration) -> tuple[ExecutionStatus | None, datetime | None]:
+    """Where the migrated run stands: as before, unless its pause was dropped (then it continues)."""
+    if execution.status == "paused" and not migration.pending and not execution.wake_at:
+        return None, None  # what it waited for is gone: running, unheld, for the next resume or worker
+    if execution.status in ("decided", "queued"):
+        return execution.status, datetime.now(UTC)  # a worker carries it on, now on the new version
+    return (None if execution.status == "running" else execution.status), execution.wake_at
+
+
+def _segment(segment: str) -> tuple[str, str]:
+    kind, colon, name = segment.partition(":")
+    if not colon or not kind or not name or "/" in segment:
+        raise ConfigurationError(
+            f"{segment!r} is not a path segment: give it as kind:name, e.g. node:review or tool:lookup."
+        )
+    return kind, name
+
+
+def _renamed(part: str, old: str, new: str) -> str:
+    """A segment (``tool:x``, ``tool:x#2``, ``tool:x[1]``) with its name changed, when it is ``old``."""
+    if part == old:
+        return new
+    for mark in ("#", "["):
+        if part.startswith(old + mark):
+            return new + part[len(old):]
+    return part
+
+
+def _renamed_payload(payload: Any, old: str, new: str, moved: Callable[[str], str],
+                     tool: str, new_tool: str | None) -> Any:
+    if not isinstance(payload, dict):
+        return payload
+    changed = dict(payload)
+    if isinstance(changed.get("step"), str):
+        changed["step"] = "|".join(moved(part) if index == 0 else _renamed(part, old, new)
+                                   for index, part in enumerate(changed["step"].split("|")))
+    if isinstance(changed.get("path"), str):
+        changed["path"] = moved(changed["path"])
+    result = changed.get("result")
+    if new_tool is not None and isinstance(result, dict) and isinstance(result.get("tool_calls"), list):
+        calls = [{**call, "name": new_tool} if isinstance(call, dict) and call.get("name") == tool else call
+                 for call in result["tool_calls"]]
+        changed["result"] = {**result, "tool_calls": calls}
+    return changed
+
+
+def _holds(entry: JournalEntry, under: Callable[[str], bool]) -> bool:
+    """Whether ``entry`` was written at or below the dropped segment."""
+    payload: Any = entry.payload
+    if under(f"{entry.path}/{entry.label}"):
+        return True
+    if isinstance(payload, dict):
+        if isinstance(payload.get("step"), str) and under(payload["step"].split("|")[0]):
+            return True
+        if isinstance(payload.get("path"), str) and under(payload["path"]):
+            return True
+    return False
+

@@ -1,0 +1,244 @@
+"""Versions: a run continues on the version it started on; a migration moves it to another."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from tether.actors import Agent, Chain, ScriptedLLM, ToolCall
+from tether.runtime import Migration, MigrationFailed, Resume, interrupt, migrate
+from tether.runtime._executions.runner import newest, runner_for
+from tether.runtime.ops._operator import Operator
+from tether.stores import ConfigurationError, Store
+
+
+def validate(state: dict[str, Any]) -> dict[str, Any]:
+    return {"valid": True}
+
+
+def approve(state: dict[str, Any]) -> dict[str, Any]:
+    return {"approved": interrupt("manager_approval", {"amount": 5}).approved}
+
+
+def sign_off(state: dict[str, Any]) -> dict[str, Any]:
+    return {"approved": interrupt("manager_approval", {"amount": 5}).approved, "signed": True}
+
+
+def charge(state: dict[str, Any]) -> dict[str, Any]:
+    return {"charged": "v1" if state["approved"] else None}
+
+
+def charge_v2(state: dict[str, Any]) -> dict[str, Any]:
+    return {"charged": "v2" if state["approved"] else None}
+
+
+def v1(store: Store | None) -> Chain:
+    return Chain("refund", [validate, approve, charge], store=store, version="1")
+
+
+def v2(store: Store | None) -> Chain:
+    chain = Chain("refund", [validate, sign_off, named("charge", charge_v2)], store=store, version="2")
+    return chain
+
+
+def named(name: str, fn: Any) -> Any:
+    def node(state: dict[str, Any]) -> dict[str, Any]:
+        return fn(state)  # type: ignore[no-any-return]
+
+    node.__name__ = name
+    return node
+
+
+async def paused_on_v1(store: Store, *ids: str) -> None:
+    for execution_id in ids:
+        result = await v1(store).run({}, execution_id=execution_id)
+        assert result.status == "paused", result
+
+
+async def test_a_run_continues_on_its_own_version_while_new_runs_start_on_the_newest(store: Store) -> None:
+    await paused_on_v1(store, "old")
+    both = Operator(store, [v2(store), v1(store)])
+    execution = await store.get_execution("old")
+    assert execution is not None and execution.version == "1"
+    assert both.runner_for(execution).version == "1"  # type: ignore[union-attr]
+    result = await both.resume("old", Resume(approved=True))
+    assert (result.status, result.output["charged"]) == ("completed", "v1")
+
+    fresh = newest(both.runners)
+    assert fresh.version == "2"
+    started = await fresh.run({}, execution_id="new")
+    assert started.status == "paused" and started.pending_interrupt is not None
+    assert started.pending_interrupt.agent_path == "chain:refund/node:sign_off"
+    new = await store.get_execution("new")
+    assert new is not None and new.version == "2"
+
+
+async def test_a_process_without_its_version_refuses_it_and_names_the_change(store: Store) -> None:
+    await paused_on_v1(store, "old")
+    with pytest.raises(ConfigurationError) as refused:
+        await v2(store).resume("old", Resume(approved=True))
+    message = str(refused.value)
+    assert "version '1'" in message and "version '2'" in message
+    assert "node 'approve'" in message and "removed or renamed" in message
+    assert "tether migrate old --to 2" in message
+    [pending] = await store.list_pending(execution_id="old")  # nothing was claimed
+    assert pending.agent_path == "chain:refund/node:approve"
+
+
+async def test_a_migration_moves_a_paused_run_once_and_it_completes_on_the_new_version(store: Store) -> None:
+    await paused_on_v1(store, "old")
+    target = v2(store)
+
+    @target.migrate(from_version="1")
+    def approve_is_now_sign_off(run: Migration) -> None:
+        run.rename("node:approve", "node:sign_off")
+
+    before = await store.read_journal("old")
+    preview = await migrate(store, "old", target, dry_run=True)
+    assert not preview.written and preview.changes and "renamed node:approve to node:sign_off" in preview.changes[0]
+    assert await store.read_journal("old") == before  # a dry run writes nothing
+
+    moved = await migrate(store, "old", target, by="cli:alice")
+    assert moved.written and (moved.from_version, moved.to_version) == ("1", "2")
+    execution = await store.get_execution("old")
+    assert execution is not None and (execution.version, execution.status) == ("2", "paused")
+    [pending] = await store.list_pending(execution_id="old")
+    assert pending.agent_path == "chain:refund/node:sign_off"
+    journal = await store.read_journal("old")
+    assert journal[-1].label == "migrated"
+    assert journal[-1].payload == {"from": "1", "to": "2", "changes": moved.changes, "by": "cli:alice"}
+    assert [e.seq for e in journal[:-1]] == [e.seq for e in before]
+
+    with pytest.raises(ConfigurationError, match="already"):
+        await migrate(store, "old", target)  # applied once
+    with pytest.raises(ConfigurationError, match="version '2'"):
+        await v1(store).resume("old", Resume(approved=True))  # the old code no longer continues it
+    result = await target.resume("old", Resume(approved=True))
+    assert result.status == "completed"
+    assert result.output == {"valid": True, "approved": True, "signed": True, "charged": "v2"}
+
+
+async def test_a_migration_that_raises_changes_nothing(store: Store) -> None:
+    await paused_on_v1(store, "old")
+    target = v2(store)
+
+    @target.migrate(from_version="1")
+    def broken(run: Migration) -> None:
+        run.rename("node:approve", "node:sign_off")
+        raise KeyError("approver")
+
+    before = await store.load_execution("old")
+    with pytest.raises(MigrationFailed, match="raised KeyError") as failed:
+        await migrate(store, "old", target)
+    assert "stays on version '1'" in str(failed.value)
+    after = await store.load_execution("old")
+    assert before is not None and after is not None
+    assert after[1] == before[1] and after[0].version == "1" and after[0].status == "paused"
+    assert after[0].lease_owner is None  # the migration's lease was given back
+    [pending] = await store.list_pending(execution_id="old")
+    assert pending.agent_path == "chain:refund/node:approve"
+    result = await v1(store).resume("old", Resume(approved=True))  # still runs on its version
+    assert result.output["charged"] == "v1"
+
+
+async def test_a_migration_that_leaves_a_misfit_changes_nothing(store: Store) -> None:
+    await paused_on_v1(store, "old")
+    target = v2(store)
+
+    @target.migrate(from_version="1")
+    def forgot(run: Migration) -> None:
+        run.rename("node:validate", "node:validate")  # not the node that moved
+
+    with pytest.raises(MigrationFailed, match="still does not fit version '2'.*node 'approve'"):
+        await migrate(store, "old", target)
+    execution = await store.get_execution("old")
+    assert execution is not None and execution.version == "1"
+
+
+async def test_a_run_whose_journal_does_not_fit_needs_a_registered_migration(store: Store) -> None:
+    await paused_on_v1(store, "old")
+    with pytest.raises(ConfigurationError, match=r"@runner.migrate\(from_version='1'\)"):
+        await migrate(store, "old", v2(store))
+
+
+async def test_a_run_whose_journal_fits_moves_without_a_migration_function(store: Store) -> None:
+    await paused_on_v1(store, "old")
+    v3 = Chain("refund", [validate, approve, named("charge", charge_v2)], store=store, version="3")
+    moved = await migrate(store, "old", v3)
+    assert moved.changes == ["none needed: its journal fits"]
+    result = await v3.resume("old", Resume(approved=True))
+    assert result.output["charged"] == "v2"
+
+
+def approve_refund(amount: int) -> str:
+    return "approved" if interrupt("manager_approval", {"amount": amount}).approved else "refused"
+
+
+def request_approval(amount: int) -> str:
+    return "granted" if interrupt("manager_approval", {"amount": amount}).approved else "refused"
+
+
+def legacy_check(amount: int) -> str:
+    return "ok" if interrupt("legacy_check", {"amount": amount}).approved else "no"
+
+
+async def test_a_renamed_tool_is_renamed_in_the_llm_turn_that_called_it(store: Store) -> None:
+    old = Agent("refunds", llm=ScriptedLLM([ToolCall("approve_refund", {"amount": 70}), "done"]),
+                tools=[approve_refund], store=store, version="1")
+    assert (await old.run("refund 70", execution_id="a")).status == "paused"
+    llm = ScriptedLLM([ToolCall("unused", {}), "done"])
+    new = Agent("refunds", llm=llm, tools=[request_approval], store=store, version="2")
+    new.migrate(from_version="1")(lambda run: run.rename("tool:approve_refund", "tool:request_approval"))
+    await migrate(store, "a", new)
+    [pending] = await store.list_pending(execution_id="a")
+    assert pending.agent_path == "agent:refunds/tool:request_approval"
+    result = await new.resume("a", Resume(approved=True))
+    assert result.status == "completed"
+    [asked] = llm.requests  # turn 1 came from the journal, renamed; the tool's answer is v2's
+    assert [m.content for m in asked.messages if m.role == "tool"] == ["granted"]
+
+
+async def test_a_dropped_call_is_made_again_on_the_new_version(store: Store) -> None:
+    old = Agent("refunds", llm=ScriptedLLM([ToolCall("legacy_check", {"amount": 70}), "done"]),
+                tools=[legacy_check], store=store, version="1")
+    assert (await old.run("refund 70", execution_id="a")).status == "paused"
+    llm = ScriptedLLM([ToolCall("unused", {}), "done"])
+    new = Agent("refunds", llm=llm, tools=[approve_refund], store=store, version="2")
+
+    @new.migrate(from_version="1")
+    def without_legacy(run: Migration) -> None:
+        run.drop("tool:legacy_check")
+
+    moved = await migrate(store, "a", new)
+    assert "dropped tool:legacy_check" in moved.changes[0]
+    assert await store.list_pending(execution_id="a") == []
+    execution = await store.get_execution("a")
+    assert execution is not None and execution.status == "running" and execution.lease_owner is None
+    result = await new.resume("a")  # nothing to decide any more: it continues
+    assert result.status == "completed"
+    [told] = [m.content for m in llm.requests[0].messages if m.role == "tool"]
+    assert "no tool named 'legacy_check'" in str(told)
+
+
+def test_versions_are_ordered_as_numbers_and_bad_ones_are_refused() -> None:
+    chains = [Chain("c", [validate], version=v) for v in ("9", "10", "2")]
+    assert newest(chains).version == "10"
+    assert newest([Chain("c", [validate]), Chain("c", [validate], version="1")]).version == "1"
+    for bad in ("", " 2", "x" * 201):
+        with pytest.raises(ConfigurationError, match="version="):
+            Chain("c", [validate], version=bad)
+    with pytest.raises(ConfigurationError, match="no version to migrate runs to"):
+        Chain("c", [validate]).migrate(from_version="1")
+    # An unversioned runner's hash is what it was before versions existed.
+    assert Chain("c", [validate]).fingerprint != Chain("c", [validate], version="1").fingerprint
+
+
+async def test_an_unversioned_run_is_continued_by_a_versioned_definition_that_fits(store: Store) -> None:
+    before = Chain("refund", [validate, approve, charge], store=store)
+    assert (await before.run({}, execution_id="u")).status == "paused"
+    after = Chain("refund", [validate, approve, named("charge", charge_v2)], store=store, version="2")
+    execution = await store.get_execution("u")
+    assert execution is not None and execution.version == ""
+    assert runner_for([after], execution) is after
+    result = await after.resume("u", Resume(approved=True))
+    assert result.output["charged"] == "v2"
