@@ -411,6 +411,13 @@ class MemoryStore(Store):
         return IdempotencyRecord(execution_id=execution_id, key=key,
                                  value=_json.loads(value), created_at=_ts(at))
 
+    async def list_idempotent(self, execution_id: str) -> list[IdempotencyRecord]:
+        await self._enter()
+        run = self._runs.get(execution_id)
+        records = sorted(run.records.items()) if run is not None else []
+        return [IdempotencyRecord(execution_id=execution_id, key=key, value=_json.loads(value), created_at=_ts(at))
+                for key, (value, at) in records]
+
     async def put_idempotent(self, lease: Lease, key: str, value: JsonValue) -> IdempotencyRecord:
         value_json = _json.dumps(value, what=f"the result recorded for {key!r}")
         await self._enter()

@@ -326,6 +326,10 @@ class Store(ABC):
         """Return the recorded result for ``key``, or None."""
 
     @abstractmethod
+    async def list_idempotent(self, execution_id: str) -> list[IdempotencyRecord]:
+        """Every recorded result of an execution, by key (what a fork that reuses effects copies)."""
+
+    @abstractmethod
     async def put_idempotent(self, lease: Lease, key: str, value: JsonValue) -> IdempotencyRecord:
         """Record a result for ``key``; the first record wins and is returned.
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from tether.runtime._core import delta
@@ -107,6 +107,7 @@ async def fork(
     at: int | str,
     new_execution_id: str,
     update: JsonValue = _UNSET,
+    effects: Literal["again", "reuse"] = "again",
 ) -> Execution:
     """Record a new execution whose journal is the original's up to and including ``at``.
 
@@ -116,7 +117,10 @@ async def fork(
     with a ``fork`` entry naming where it came from (``tether show`` prints it).
 
     Side effects: ``@idempotent`` records belong to their execution, so what a
-    fork runs after its boundary runs again, side effects included.
+    fork runs after its boundary runs again, side effects included. With
+    ``effects="reuse"`` the fork gets a copy of the original's records: a call
+    the fork makes as the original did (same place, same arguments) returns
+    the original's result without running, and only a call that differs runs.
 
     Args:
         store: Where both executions live.
@@ -127,6 +131,9 @@ async def fork(
         update: Replaces what the boundary holds: a step's result (a node's
             update, an LLM turn) or a decision's value. Anything after the
             boundary then follows from it.
+        effects: ``"again"`` (the default): the fork's side effects are its own.
+            ``"reuse"``: the original's recorded results answer the same calls,
+            for a replay that must not touch the world.
 
     Raises:
         ExecutionNotFound: No execution ``execution_id``.
@@ -136,6 +143,8 @@ async def fork(
         pydantic.ValidationError: ``update`` for a decision is not a valid one
             for the call it answers; nothing was written.
     """
+    if effects not in ("again", "reuse"):
+        raise ConfigurationError(f"effects={effects!r}: give 'again' (the fork's effects are its own) or 'reuse'.")
     loaded = await store.load_execution(execution_id)
     if loaded is None:
         raise ExecutionNotFound(execution_id)
@@ -150,10 +159,10 @@ async def fork(
     if update is not _UNSET:
         prefix[-1] = _updated(journal, journal[cut - 1], update, execution_id)
     lineage: dict[str, JsonValue] = {"from": execution_id, "at": journal[cut - 1].seq, "label": journal[cut - 1].label,
-               "updated": update is not _UNSET}
+               "updated": update is not _UNSET, "effects": effects}
     started = await store.start_execution(
         NewExecution(execution_id=new_execution_id, runner=execution.runner, root_path=execution.root_path,
-                     fingerprint=execution.fingerprint, input=execution.input),
+                     fingerprint=execution.fingerprint, version=execution.version, input=execution.input),
         owner=f"{process_owner()}/fork{tag()}", lease_seconds=60,
     )
     if not started.created or started.lease is None:
@@ -167,6 +176,13 @@ async def fork(
     # lease's release, in one transaction: no worker sees the fork before its journal.
     entries = [*prefix, NewEntry(path=execution.root_path, label="fork", payload=lineage)]
     try:
+        if effects == "reuse":
+            # A record's key begins with its execution's id: the fork's calls look under their own.
+            for record in await store.list_idempotent(execution_id):
+                key = record.key
+                if key.startswith(f"{execution_id}|"):
+                    key = f"{new_execution_id}|{key[len(execution_id) + 1:]}"
+                await store.put_idempotent(started.lease, key, record.value)
         await store.release_lease(started.lease, entries=entries)
     except BaseException:
         with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):

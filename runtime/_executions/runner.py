@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from tether.runtime._core.actor import check_name
 from tether.stores import ConfigurationError, NewExecution
@@ -259,7 +259,7 @@ class Runner:
         return await history(self._store(), execution_id)
 
     async def fork(self, execution_id: str, *, at: int | str, new_execution_id: str,
-                   update: JsonValue = _UNSET) -> RunResult:
+                   update: JsonValue = _UNSET, effects: Literal["again", "reuse"] = "again") -> RunResult:
         """Fork an execution at a boundary and run the fork here, to its end or its first pause.
 
         The original is not touched; the fork continues from that boundary as a
@@ -269,7 +269,8 @@ class Runner:
         Raises:
             ExecutionNotFound, ConfigurationError: As for `tether.runtime.fork`.
         """
-        await fork(self._store(), execution_id, at=at, new_execution_id=new_execution_id, update=update)
+        await fork(self._store(), execution_id, at=at, new_execution_id=new_execution_id, update=update,
+                   effects=effects)
         return await self.resume(new_execution_id)
 
     async def resume(

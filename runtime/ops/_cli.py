@@ -256,12 +256,14 @@ def history(settings: Settings, execution_id: str, as_json: bool) -> None:
 @click.option("--as", "new_id", required=True, metavar="ID", help="The fork's execution id (a new one).")
 @click.option("--update", "update", metavar="JSON",
               help="Replaces what the boundary holds: a step's result, or a decision's value.")
+@click.option("--reuse-effects", is_flag=True,
+              help="Answer the calls the original made alike with its recorded results, instead of running them.")
 @click.option("--app", metavar="MODULE:ATTR", help="Run the fork here with this runner; else a worker does.")
 @json_option
 @store_options
 @pass_settings
-def fork(settings: Settings, execution_id: str, at: str, new_id: str, update: str | None, app: str | None,
-         as_json: bool) -> None:
+def fork(settings: Settings, execution_id: str, at: str, new_id: str, update: str | None, reuse_effects: bool,
+         app: str | None, as_json: bool) -> None:
     """A new execution from one boundary of this one, which stays as it is."""
     where: int | str = int(at) if at.isdigit() else at
     changes: dict[str, Any] = {}
@@ -270,8 +272,9 @@ def fork(settings: Settings, execution_id: str, at: str, new_id: str, update: st
             changes["update"] = json.loads(update)
         except json.JSONDecodeError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--update") from None
+    effects = "reuse" if reuse_effects else "again"
     result = settings.run(lambda op: op.fork(execution_id, at=where, new_execution_id=new_id,
-                                             run=app is not None, **changes), app)
+                                             run=app is not None, effects=effects, **changes), app)
     if app is None and not as_json:
         out = _out()
         _say(out, (new_id, "bold"), f" forked from {execution_id} at {at}: recorded, not run. A worker with its "
@@ -416,11 +419,65 @@ def doctor(settings: Settings, as_json: bool) -> None:
 
 
 @cli.command()
+@click.argument("execution_id", required=False)
+@click.option("--all", "every", is_flag=True, help="Every unfinished run on --from (instead of one id).")
+@click.option("--from", "from_version", metavar="VERSION", help="With --all: the version runs leave.")
+@click.option("--to", "to", metavar="VERSION", help="The version runs move to; its code comes with --app.")
+@click.option("--app", metavar="MODULE:ATTR", help="The runner(s), with version --to and its migrations.")
+@click.option("--dry-run", is_flag=True, help="Say what would change, and write nothing.")
+@click.option("--by", help="Who migrates, journaled with the migration (default: cli:<your user name>).")
 @json_option
 @store_options
 @pass_settings
-def migrate(settings: Settings, as_json: bool) -> None:
-    """Create tether's tables in the store, or bring them up to this version's schema."""
+def migrate(settings: Settings, execution_id: str | None, every: bool, from_version: str | None, to: str | None,
+            app: str | None, dry_run: bool, by: str | None, as_json: bool) -> None:
+    """Bring the store's tables up to this tether's schema; with an id or --all, move runs to another version.
+
+    \b
+    tether migrate                                   # the schema only
+    tether migrate refund-7 --to 2 --app app:runners [--dry-run]
+    tether migrate --all --from 1 --to 2 --app app:runners [--dry-run]
+    """
+    if execution_id is None and not every:
+        if to is not None or from_version is not None or dry_run:
+            raise click.UsageError("give an execution id or --all to move runs to another version.")
+        _migrate_schema(settings, as_json)
+        return
+    if every == (execution_id is not None):
+        raise click.UsageError("give either an execution id or --all, not both.")
+    if to is None or app is None or (every and from_version is None):
+        raise click.UsageError("moving runs needs --to and --app (and --from with --all).")
+    decider = by or _decider()
+    if every:
+        assert from_version is not None
+        moved = settings.run(lambda op: op.migrate_all(from_version=from_version, to=to, dry_run=dry_run,
+                                                       by=decider), app)
+    else:
+        assert execution_id is not None
+        moved = [(execution_id, settings.run(lambda op: op.migrate(execution_id, to=to, dry_run=dry_run,
+                                                                    by=decider), app))]
+    failed = [(run, exc) for run, exc in moved if isinstance(exc, Exception)]
+    if as_json:
+        _print_json([done.as_json() if not isinstance(done, Exception) else
+                     {"execution_id": run, "error": str(done)} for run, done in moved])
+    else:
+        out = _out()
+        if not moved:
+            _say(out, f"No unfinished run on version {from_version!r} of a runner with version {to!r}.")
+        for run, done in moved:
+            if isinstance(done, Exception):
+                _say(out, (run, "bold"), ("  not moved: ", "red"), str(done))
+                continue
+            verb = "would move" if dry_run else "moved"
+            _say(out, (run, "bold"), f"  {verb} from version {done.from_version!r} to {done.to_version!r}: "
+                                     f"{'; '.join(done.changes)}")
+        if dry_run and moved:
+            _say(out, "Dry run: nothing was written.")
+    if failed:
+        raise click.exceptions.Exit(1)
+
+
+def _migrate_schema(settings: Settings, as_json: bool) -> None:
     from tether.stores import SCHEMA_VERSION
 
     async def nothing(op: Operator) -> None:
@@ -565,7 +622,7 @@ def _print_timeline(settings: Settings, timeline: Timeline) -> None:
     execution = timeline.execution
     _say(out, (execution.execution_id, "bold"), f"  {execution.root_path}  ", *_status(execution))
     _say(out, f"started {execution.created_at:%Y-%m-%d %H:%M:%S} UTC, updated {age(execution.updated_at)} ago, "
-              f"definition {execution.fingerprint or '-'}")
+              f"version {execution.version or '-'}, definition {execution.fingerprint or '-'}")
     if execution.lease_owner:
         _say(out, f"lease: {execution.lease_owner}, epoch {execution.lease_epoch}, "
                   f"expires {execution.lease_expires_at:%H:%M:%S} UTC")

@@ -18,10 +18,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.runtime._executions import history as _history
+from tether.runtime._executions import history as _history, migration as _migration
 from tether.runtime._executions.runner import Runner, runner_for
 from tether.runtime._executions.service import Executions
-from tether.stores import ConfigurationError, ExecutionNotFound
+from tether.stores import ConfigurationError, ExecutionNotFound, TetherError
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -197,7 +197,7 @@ class Operator:
         return await _history.history(self.store, execution_id)
 
     async def fork(self, execution_id: str, *, at: int | str, new_execution_id: str,
-                   update: Any = _history._UNSET, run: bool = False) -> RunResult:
+                   update: Any = _history._UNSET, run: bool = False, effects: Any = "again") -> RunResult:
         """Record a fork at a boundary; with ``run``, continue it here with its runner.
 
         Raises:
@@ -210,10 +210,75 @@ class Operator:
                 f"No runner here for {original.root_path}: pass --app module:attr naming the runner that "
                 f"started {execution_id!r}, or leave the fork to a worker (without --app)."
             )
-        await _history.fork(self.store, execution_id, at=at, new_execution_id=new_execution_id, update=update)
+        await _history.fork(self.store, execution_id, at=at, new_execution_id=new_execution_id, update=update,
+                            effects=effects)
         if runner is None:
             return await Executions(self.store).result(new_execution_id)
         return await self.resume(new_execution_id)
+
+    def runner_of_version(self, root_path: str, version: str) -> Runner:
+        """The runner here of ``root_path`` at ``version``.
+
+        Raises:
+            ConfigurationError: This process has no such version (the message lists those it has).
+        """
+        alike = [runner for runner in self.runners if runner.root_path == root_path]
+        for runner in alike:
+            if (runner.version or "") == version:
+                return runner
+        known = ", ".join(repr(runner.version or "") for runner in alike) or "none"
+        raise ConfigurationError(
+            f"No runner of {root_path} at version {version!r} here (versions here: {known}). Pass --app "
+            f"module:attr naming the code of version {version!r}: a run is only moved to code that can run it."
+        )
+
+    async def migrate(self, execution_id: str, *, to: str, dry_run: bool = False,
+                      by: str | None = None) -> _migration.Migrated:
+        """Move one run onto version ``to`` of its runner (see `tether.runtime.migrate`).
+
+        Raises:
+            ExecutionNotFound: No such execution.
+            ConfigurationError: No runner of that version here, or the run cannot move (as for `migrate`).
+            MigrationFailed: The migration function raised, or left a misfit; nothing changed.
+        """
+        execution = await self.store.get_execution(execution_id)
+        if execution is None:
+            raise ExecutionNotFound(execution_id)
+        runner = self.runner_of_version(execution.root_path, to)
+        return await _migration.migrate(self.store, execution_id, runner, dry_run=dry_run, by=by)
+
+    async def migrate_all(self, *, from_version: str, to: str, dry_run: bool = False, by: str | None = None
+                          ) -> list[tuple[str, _migration.Migrated | Exception]]:
+        """Move every unfinished run on ``from_version`` of a runner here that has version ``to``.
+
+        Each run moves on its own: one that cannot is reported (its error beside
+        its id) and left as it was, and the others still move.
+        """
+        roots = {runner.root_path for runner in self.runners if (runner.version or "") == to}
+        if not roots:
+            here = ", ".join(f"{r.root_path} at {r.version or ''!r}" for r in self.runners) or "none"
+            raise ConfigurationError(
+                f"No runner here has version {to!r} (here: {here}). Pass --app module:attr naming the code "
+                f"of version {to!r}: runs are only moved to code that can run them."
+            )
+        moved: list[tuple[str, _migration.Migrated | Exception]] = []
+        after = None
+        while True:
+            page = await self.store.list_executions(limit=500, after=after)
+            for execution in page:
+                if execution.finished or execution.version != from_version or execution.root_path not in roots:
+                    continue
+                try:
+                    done = await _migration.migrate(self.store, execution.execution_id,
+                                                    self.runner_of_version(execution.root_path, to),
+                                                    dry_run=dry_run, by=by)
+                except (TetherError, ValueError) as exc:
+                    moved.append((execution.execution_id, exc))
+                else:
+                    moved.append((execution.execution_id, done))
+            if len(page) < 500:
+                return moved
+            after = page[-1]
 
     async def cancel(self, execution_id: str, *, force: bool = False) -> RunResult:
         """Stop a paused or crashed execution for good."""

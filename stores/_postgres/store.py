@@ -778,6 +778,14 @@ class PostgresStore(DriverStore):
         return IdempotencyRecord(execution_id=execution_id, key=key,
                                  value=_json.loads(rows[0]["value"]), created_at=rows[0]["created_at"])
 
+    async def list_idempotent(self, execution_id: str) -> list[IdempotencyRecord]:
+        rows = await self._fetch(
+            "SELECT key, value, created_at FROM tether_idempotency WHERE execution_id = $1 ORDER BY key",
+            execution_id,
+        )
+        return [IdempotencyRecord(execution_id=execution_id, key=r["key"], value=_json.loads(r["value"]),
+                                  created_at=r["created_at"]) for r in rows]
+
     async def put_idempotent(self, lease: Lease, key: str, value: JsonValue) -> IdempotencyRecord:
         value_json = _json.dumps(value, what=f"the result recorded for {key!r}")
         # DO UPDATE (a no-op) rather than DO NOTHING: it waits for a concurrent insert

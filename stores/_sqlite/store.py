@@ -676,6 +676,17 @@ class SQLiteStore(DriverStore):
 
         return await self._read(fn)
 
+    async def list_idempotent(self, execution_id: str) -> list[IdempotencyRecord]:
+        def fn(db: sqlite3.Connection) -> list[IdempotencyRecord]:
+            rows = db.execute(
+                "SELECT key, value, created_at FROM tether_idempotency WHERE execution_id = ? ORDER BY key",
+                (execution_id,),
+            ).fetchall()
+            return [IdempotencyRecord(execution_id=execution_id, key=key, value=_json.loads(value),
+                                      created_at=from_us(at)) for key, value, at in rows]
+
+        return await self._read(fn)
+
     async def put_idempotent(self, lease: Lease, key: str, value: JsonValue) -> IdempotencyRecord:
         value_json = _json.dumps(value, what=f"the result recorded for {key!r}")
 

@@ -35,7 +35,8 @@ async def test_a_fork_at_every_boundary_ends_as_the_run_did_and_leaves_it_untouc
             forked = await runner.resume(f"fork-{b.seq}", Resume(approved=True))
         assert (forked.status, forked.output) == (first.status, first.output), b
         lineage = [e for e in await store.read_journal(f"fork-{b.seq}") if e.label == "fork"]
-        assert [e.payload for e in lineage] == [{"from": "orig", "at": b.seq, "label": b.label, "updated": False}]
+        assert [e.payload for e in lineage] == [
+            {"from": "orig", "at": b.seq, "label": b.label, "updated": False, "effects": "again"}]
     assert await journal_of(store, "orig") == before
 
 
@@ -48,6 +49,30 @@ async def test_what_comes_after_the_boundary_runs_again_side_effects_included(st
     counts = effects.count(effect)
     assert len(counts) == 6 and set(counts.values()) == {1}
     assert sorted(key.split("|")[0] for key in counts) == ["l"] * 4 + ["l2"] * 2
+
+
+async def test_a_fork_that_reuses_effects_answers_the_originals_calls_from_its_records(store: Store) -> None:
+    chain = build("line", store)
+    with Effects() as effects:
+        first = await chain.run({}, execution_id="l")
+        replay = await chain.fork("l", at="node:n2", new_execution_id="l2", effects="reuse")
+    assert replay.output == first.output
+    assert sorted(key.split("|")[0] for key in effects.count(effect)) == ["l"] * 4  # the fork ran none again
+    assert {r.key.split("|")[0] for r in await store.list_idempotent("l2")} == {"l2"}
+    [lineage] = [e.payload for e in await store.read_journal("l2") if e.label == "fork"]
+    assert lineage["effects"] == "reuse"  # type: ignore[index,call-overload]
+
+
+async def test_a_fork_that_reuses_effects_runs_the_calls_that_differ(store: Store) -> None:
+    llm_tools = build("agent", store)
+    with Effects() as effects:
+        await llm_tools.run("go", execution_id="a")
+        turns = [b for b in await history(store, "a") if b.label == "turn:1"]
+        changed = {**turns[0].value, "tool_calls": [{"name": "lookup", "arguments": {"order": "B"}, "id": "c1"}]}
+        await llm_tools.fork("a", at=turns[0].seq, new_execution_id="a2", update=changed, effects="reuse")
+    # lookup(B) is new and runs; notify(A) in the next turn is the original's call, answered from its record.
+    ran = [key.split("|")[3] for key in effects.count(effect) if key.startswith("a2|")]
+    assert ran == ["tool:lookup"]
 
 
 async def test_an_update_replaces_a_steps_result_and_what_follows_changes(store: Store) -> None:

@@ -569,6 +569,16 @@ async def test_idempotency_first_record_wins(store: Store) -> None:
 # -- maintenance ---------------------------------------------------------------
 
 
+async def test_list_idempotent_gives_an_executions_records_only(store: Store) -> None:
+    lease, other = await started(store), await started(store)
+    await store.put_idempotent(lease, "k2", {"v": 2})
+    await store.put_idempotent(lease, "k1", [1])
+    await store.put_idempotent(other, "k3", None)
+    records = await store.list_idempotent(lease.execution_id)
+    assert [(r.key, r.value) for r in records] == [("k1", [1]), ("k2", {"v": 2})]
+    assert await store.list_idempotent("nobody") == []
+
+
 async def test_delete_execution_removes_everything(store: Store) -> None:
     lease = await started(store)
     await store.put_idempotent(lease, "k", 1)
