@@ -266,6 +266,39 @@ def create_app(
         return JSONResponse({"execution_id": execution_id, "status": "accepted", "continuing": continuing,
                              "detail": detail}, status_code=202)
 
+    @api
+    async def fork_execution(request: Request) -> Response:
+        execution_id = request.path_params["execution_id"]
+        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            return _problem(415, 'Send the fork as a JSON object with Content-Type: application/json, like '
+                                 '{"at": 3, "as": "new-id"}.')
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _problem(400, f"The body is not JSON ({exc}); nothing was forked.")
+        at, new_id = (body.get("at"), body.get("as")) if isinstance(body, dict) else (None, None)
+        if not isinstance(at, int | str) or isinstance(at, bool) or not isinstance(new_id, str) or not new_id:
+            return _problem(422, 'Give "at" (a seq from the history, or a label such as "node:b") and "as" '
+                                 '(the fork\'s new execution id); nothing was forked.')
+        assert isinstance(body, dict)
+        changes = {"update": body["update"]} if "update" in body else {}
+        try:
+            await operator.fork(execution_id, at=at, new_execution_id=new_id, effects=body.get("effects", "again"),
+                                **changes)
+        except ValidationError as exc:
+            return _problem(422, f"Not a valid decision for that boundary; nothing was forked: {exc}")
+        except ConfigurationError as exc:
+            return _problem(409, str(exc))
+        forked = await operator.store.get_execution(new_id)
+        continuing = bool(tasks) and forked is not None and operator.runner_for(forked) is not None
+        if continuing:
+            done = settled[new_id] = anyio.Event()
+            tasks[0].start_soon(carry_on, new_id, done)
+        detail = ("Forked; this server runs the fork." if continuing
+                  else f"Forked, not run; {_nobody_continues(new_id)}.")
+        return JSONResponse({"execution_id": new_id, "forked_from": execution_id, "at": at,
+                             "continuing": continuing, "detail": detail}, status_code=201)
+
     # -- the pages ---------------------------------------------------------------------
 
     @page
@@ -355,6 +388,7 @@ def create_app(
         Route("/healthz", health),
         Route("/api/pending", list_pending),
         Route("/api/executions/{execution_id:path}/resume", resume, methods=["POST"]),
+        Route("/api/executions/{execution_id:path}/fork", fork_execution, methods=["POST"]),
         Route("/api/executions/{execution_id:path}", get_execution),
         Route("/approvals", approvals_page),
         Route("/approvals/decide", approvals_decide, methods=["POST"]),

@@ -195,3 +195,39 @@ def _seq(html: str) -> str:
 @pytest.fixture(autouse=True)
 def _no_store_left_on_the_runner() -> None:
     refund.store = None
+
+
+async def test_a_fork_over_the_api_runs_here_and_leaves_the_original(db_store: Store) -> None:
+    await paused(db_store, "f-1")
+    before = await db_store.read_journal("f-1")
+    async with serving(db_store) as client:
+        created = await client.post("/api/executions/f-1/fork", json={"at": "node:validate", "as": "f-1b"})
+        assert created.status_code == 201, created.text
+        assert created.json()["continuing"] is True and created.json()["forked_from"] == "f-1"
+        await settled(client, "f-1b")
+        view = (await client.get("/api/executions/f-1b")).json()
+        assert view["execution"]["status"] == "paused"  # it asks the manager again
+        assert [p["agent_path"] for p in view["pending"]] == [PATH]
+        again = await client.post("/api/executions/f-1/fork", json={"at": "node:validate", "as": "f-1b"})
+        assert again.status_code == 409 and "already exists" in again.json()["detail"]
+        nowhere = await client.post("/api/executions/f-1/fork", json={"at": "node:nope", "as": "f-1c"})
+        assert nowhere.status_code == 409 and "no boundary 'node:nope'" in nowhere.json()["detail"]
+        missing = await client.post("/api/executions/nope/fork", json={"at": 1, "as": "f-1d"})
+        assert missing.status_code == 404
+        unsaid = await client.post("/api/executions/f-1/fork", json={"at": 1})
+        assert unsaid.status_code == 422 and '"as"' in unsaid.json()["detail"]
+        not_json = await client.post("/api/executions/f-1/fork", content=b"at=1",
+                                     headers={"content-type": "text/plain"})
+        assert not_json.status_code == 415
+    assert await db_store.read_journal("f-1") == before
+    assert await db_store.get_execution("f-1c") is None and await db_store.get_execution("f-1d") is None
+
+
+async def test_a_fork_without_the_runner_is_recorded_for_a_worker(db_store: Store) -> None:
+    await paused(db_store, "f-2")
+    async with serving(db_store, runners=()) as client:
+        created = await client.post("/api/executions/f-2/fork", json={"at": 1, "as": "f-2b"})
+        assert created.status_code == 201 and created.json()["continuing"] is False
+        assert "tether worker" in created.json()["detail"]
+    forked = await db_store.get_execution("f-2b")
+    assert forked is not None and forked.status == "running" and forked.lease_owner is None
