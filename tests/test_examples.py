@@ -249,3 +249,27 @@ def test_the_example_test_file_passes_as_a_user_would_run_it(postgres_dsn: str) 
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "18 passed" in done.stdout  # 3 tests x 2 backends x 3 stores, none skipped
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_the_refund_versions_story(tmp_path: Path, backend: str, kind: str, request: pytest.FixtureRequest) -> None:
+    if kind == "sqlite":
+        url = f"sqlite:///{tmp_path / 'versions.db'}"
+    else:
+        url = f"{request.getfixturevalue('postgres_dsn')}?schema={request.getfixturevalue('pg_schema')}"
+    done = subprocess.run([sys.executable, str(EXAMPLES / "refund_versions.py"), "--store", url,
+                           "--backend", backend], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "1. refund-old paused on version 1 at chain:refund/node:approve" in lines
+    assert any(line.startswith("2. deployed version 2") and "node:sign_off" in line for line in lines)
+    refusal = lines[lines.index("3. version 2 alone refuses refund-old:") + 1]
+    assert "node 'approve'" in refusal and "Nothing was claimed" in refusal
+    assert "5. migrated: refund-old is on version 2" in lines
+    outputs = {line.split()[1]: json.loads(line.split(": ", 1)[1]) for line in lines if line.startswith("6. ")}
+    assert outputs["refund-old"]["finance_told"] is False and outputs["refund-new"]["finance_told"] is True
+    assert done.stdout.count("(finance told about $800)") == 1  # @idempotent: not again on the resume
+    shown = subprocess.run([str(Path(sys.executable).parent / "tether"), "show", "refund-old", "--store", url],
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert "version 2" in shown.stdout and "migrated" in shown.stdout

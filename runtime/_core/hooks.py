@@ -21,7 +21,8 @@ SIGKILLs itself, read once when the process starts:
   ``LABEL`` committed (``node:charge``, ``turn:2/tool:charge``, or a full
   path such as ``chain:refund/node:charge``);
 - ``before_record``: an ``@idempotent`` function returned (its side effect is
-  done) and its record is not written yet.
+  done) and its record is not written yet;
+- ``fork_started``: a fork's execution row committed, its journal not written yet.
 """
 
 from __future__ import annotations

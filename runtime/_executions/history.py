@@ -13,20 +13,29 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from tether.runtime._core import delta
-from tether.runtime._core.hooks import names
+from tether.runtime._core.hooks import installed, names
 from tether.runtime._core.interrupt import Resume, loaded_model
+from tether.runtime._core.journal import take_lease
 from tether.runtime._core.owners import process_owner, tag
-from tether.stores import ConfigurationError, ExecutionNotFound, NewEntry, NewExecution, StoreError
+from tether.stores import (
+    ConfigurationError,
+    ExecutionNotFound,
+    JournalEntry,
+    NewEntry,
+    NewExecution,
+    StoreError,
+)
+
+from .service import FORKING
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from pydantic import JsonValue
-    from tether.stores import Execution, JournalEntry, Store
+    from tether.stores import Execution, Store
 
 _UNSET: Any = object()
 """``update`` not given (None is an update: a step whose result becomes null)."""
@@ -155,26 +164,35 @@ async def fork(
             f"there is nothing to fork. Run it first."
         )
     cut = _boundary(journal, at, execution_id)
-    prefix = [NewEntry(path=e.path, label=e.label, kind=e.kind, payload=e.payload) for e in journal[:cut]]
+    # The original's entries, with their numbers and times: a decision's suspended_seq
+    # inside them still points at the entry it meant.
+    kept = [entry.model_copy(update={"execution_id": new_execution_id}) for entry in journal[:cut]]
     if update is not _UNSET:
-        prefix[-1] = _updated(journal, journal[cut - 1], update, execution_id)
+        kept[-1] = kept[-1].model_copy(update={"payload": _updated(journal, journal[cut - 1], update,
+                                                                   execution_id).payload})
     lineage: dict[str, JsonValue] = {"from": execution_id, "at": journal[cut - 1].seq, "label": journal[cut - 1].label,
                "updated": update is not _UNSET, "effects": effects}
+    # Made in two steps, SIGKILL-safe: the row first, under a version no runner has (nothing
+    # continues it, should this process die now), then its journal and real version in one transaction.
+    owner = f"{process_owner()}/fork{tag()}"
     started = await store.start_execution(
         NewExecution(execution_id=new_execution_id, runner=execution.runner, root_path=execution.root_path,
-                     fingerprint=execution.fingerprint, version=execution.version, input=execution.input),
-        owner=f"{process_owner()}/fork{tag()}", lease_seconds=60,
+                     fingerprint=execution.fingerprint, version=FORKING, input=execution.input),
+        owner=owner, lease_seconds=60,
     )
-    if not started.created or started.lease is None:
-        if started.lease is not None:
-            await store.release_lease(started.lease)  # an existing run it let us hold: left as it was
+    lease = started.lease
+    if not started.created and started.execution.version == FORKING and not started.execution.finished:
+        # A fork of this id whose process died before finishing it (LeaseHeld if it is alive): made again.
+        lease = await take_lease(store, new_execution_id, owner=owner, lease_seconds=60,
+                                 path=execution.root_path)
+    elif not started.created or lease is None:
+        if lease is not None:
+            await store.release_lease(lease)  # an existing run it let us hold: left as it was
         raise ConfigurationError(
             f"Execution {new_execution_id!r} already exists: give the fork a new id."
         )
-    # Numbered from 1 like the original, so every reference inside the prefix (a
-    # decision's suspended_seq) still points at the entry it meant. Written with the
-    # lease's release, in one transaction: no worker sees the fork before its journal.
-    entries = [*prefix, NewEntry(path=execution.root_path, label="fork", payload=lineage)]
+    kept.append(JournalEntry(execution_id=new_execution_id, seq=journal[cut - 1].seq + 1, path=execution.root_path,
+                             label="fork", kind="entry", payload=lineage, created_at=datetime.now(UTC)))
     try:
         if effects == "reuse":
             # A record's key begins with its execution's id: the fork's calls look under their own.
@@ -182,8 +200,10 @@ async def fork(
                 key = record.key
                 if key.startswith(f"{execution_id}|"):
                     key = f"{new_execution_id}|{key[len(execution_id) + 1:]}"
-                await store.put_idempotent(started.lease, key, record.value)
-        await store.release_lease(started.lease, entries=entries)
+                await store.put_idempotent(lease, key, record.value)
+        installed().faults.reached("fork_started")
+        await store.rewrite(lease, kept, pending=[], version=execution.version, fingerprint=execution.fingerprint)
+        await store.release_lease(lease)
     except BaseException:
         with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
             await store.delete_execution(new_execution_id)  # not half a fork, to be run from its start

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from .runner import Runner
 
-    Migrate = Callable[["Migration"], "None | Awaitable[None]"]
+    Migrate = Callable[["Migration"], "Awaitable[None] | None"]
     """A migration function: it changes the `Migration` it is given."""
 
 

@@ -51,11 +51,10 @@ class Runner:
 
     def _versioned(self, version: str | None) -> str | None:
         """``version``, refused at once (`ConfigurationError`) unless it is None or a short name."""
-        if version is not None and (not isinstance(version, str) or not version.strip() or len(version) > 200
-                                    or version != version.strip()):
+        if version is not None and (not isinstance(version, str) or not _VERSION.fullmatch(version)):
             raise ConfigurationError(
-                f"version={version!r}: give a version as a short, non-empty string without surrounding "
-                f"spaces (\"2\", \"2026-12-refunds\"), or leave it out."
+                f"version={version!r}: give a version as a short name of letters, digits and . _ + - "
+                f"(\"2\", \"2.1\", \"2026-12-refunds\"), or leave it out."
             )
         return version
 
@@ -323,6 +322,7 @@ def version_key(version: str | None) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.findall(r"\d+|\D+", version))
 
 
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 Shape = dict[str, "Shape | None"]
 STRUCTURAL = frozenset({"node", "agent", "worker"})
 """The path segments every journal entry is checked for; the others (turn:2, msg:1, delegate:1) are counters."""

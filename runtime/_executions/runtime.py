@@ -30,7 +30,7 @@ from tether.stores import (
     UsageError,
 )
 
-from .service import Executions, refuse_misfit, refuse_version
+from .service import FORKING, Executions, refuse_misfit, refuse_version
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -574,6 +574,12 @@ def check_runner(execution: Execution, factory: ActorFactory[Any, Any],
     fingerprint = getattr(factory, "fingerprint", "")
     misfit: Callable[[Sequence[JournalEntry]], str | None] | None = getattr(factory, "misfit", None)
     version = getattr(factory, "version", "")
+    if execution.version == FORKING:
+        raise ConfigurationError(
+            f"Execution {execution.execution_id!r} is a fork that was never finished: the process making it "
+            f"died before its journal was written, so nothing of it can run. Cancel it (tether cancel "
+            f"{execution.execution_id}) and fork again."
+        )
     if execution.version and version != execution.version:
         problem = None if misfit is None or journal is None else misfit(journal)
         raise refuse_version(execution, version, problem)

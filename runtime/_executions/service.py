@@ -196,6 +196,10 @@ class Executions:
         return await self.result_of(started.execution)
 
 
+FORKING = "fork in progress"
+"""The version of a fork while it is being made: no runner has it (a version has no spaces)."""
+
+
 def refuse_misfit(execution: Execution, fingerprint: str, problem: str) -> ConfigurationError:
     """The refusal of a definition ``execution``'s journal does not fit, naming what is missing."""
     return ConfigurationError(

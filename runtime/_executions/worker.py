@@ -191,6 +191,10 @@ class ExecutionWorker:
             log.info("worker %s ran %s: %s", self.name, lease.execution_id, result.status)
             if self.on_result is not None:
                 self.on_result(result)
+        except ConfigurationError as exc:
+            # Another version, or a definition its journal does not fit: a worker with its code takes it.
+            log.warning("worker %s leaves %s to a worker with its code (its lease lapses in %g s): %s",
+                        self.name, lease.execution_id, self.lease_seconds, exc)
         except Exception:
             log.exception("worker %s could not run %s; its lease expires for another to try",
                           self.name, lease.execution_id)

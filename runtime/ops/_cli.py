@@ -418,7 +418,10 @@ def doctor(settings: Settings, as_json: bool) -> None:
         raise click.exceptions.Exit(1)  # not sys.exit: main() returns the code, in-process too
 
 
-@cli.command()
+@cli.command(epilog="\b\n"  # kept as written: one example a line
+              "tether migrate                                   # the schema only\n"
+              "tether migrate refund-7 --to 2 --app app:runners [--dry-run]\n"
+              "tether migrate --all --from 1 --to 2 --app app:runners [--dry-run]")
 @click.argument("execution_id", required=False)
 @click.option("--all", "every", is_flag=True, help="Every unfinished run on --from (instead of one id).")
 @click.option("--from", "from_version", metavar="VERSION", help="With --all: the version runs leave.")
@@ -429,15 +432,9 @@ def doctor(settings: Settings, as_json: bool) -> None:
 @json_option
 @store_options
 @pass_settings
-def migrate(settings: Settings, execution_id: str | None, every: bool, from_version: str | None, to: str | None,
-            app: str | None, dry_run: bool, by: str | None, as_json: bool) -> None:
-    """Bring the store's tables up to this tether's schema; with an id or --all, move runs to another version.
-
-    \b
-    tether migrate                                   # the schema only
-    tether migrate refund-7 --to 2 --app app:runners [--dry-run]
-    tether migrate --all --from 1 --to 2 --app app:runners [--dry-run]
-    """
+def migrate(settings: Settings, execution_id: str | None, every: bool, from_version: str | None,
+            to: str | None, app: str | None, dry_run: bool, by: str | None, as_json: bool) -> None:
+    """Bring the store's tables up to this tether's schema; with an id or --all, move runs to another version."""
     if execution_id is None and not every:
         if to is not None or from_version is not None or dry_run:
             raise click.UsageError("give an execution id or --all to move runs to another version.")

@@ -149,7 +149,7 @@ async def test_a_migration_that_leaves_a_misfit_changes_nothing(store: Store) ->
     def forgot(run: Migration) -> None:
         run.rename("node:validate", "node:validate")  # not the node that moved
 
-    with pytest.raises(MigrationFailed, match="still does not fit version '2'.*node 'approve'"):
+    with pytest.raises(MigrationFailed, match=r"still does not fit version '2'.*node 'approve'"):
         await migrate(store, "old", target)
     execution = await store.get_execution("old")
     assert execution is not None and execution.version == "1"
@@ -157,7 +157,7 @@ async def test_a_migration_that_leaves_a_misfit_changes_nothing(store: Store) ->
 
 async def test_a_run_whose_journal_does_not_fit_needs_a_registered_migration(store: Store) -> None:
     await paused_on_v1(store, "old")
-    with pytest.raises(ConfigurationError, match=r"@runner.migrate\(from_version='1'\)"):
+    with pytest.raises(ConfigurationError, match=r"@runner\.migrate\(from_version='1'\)"):
         await migrate(store, "old", v2(store))
 
 

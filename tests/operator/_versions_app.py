@@ -13,6 +13,7 @@ Usage: python _versions_app.py STORE BACKEND MODE APP [ARG...]
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from typing import Any
@@ -58,7 +59,7 @@ def _chain(version: str) -> Chain:
     chain.add_node(audit)
     chain.add_node(charge_v1 if version == "1" else charge_v2, "charge")
     names = ["validate", "approve" if version == "1" else "sign_off", "audit", "charge"]
-    for a, b in zip(names, names[1:], strict=False):
+    for a, b in itertools.pairwise(names):
         chain.add_edge(a, b)
     return chain
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 
 from tests.operator._two_pauses import AUDITOR, SECURITY
-from tests.operator.test_cli_operator import APP, journal, shell, start_two_pauses
+from tests.operator.test_cli_operator import APP, ROOT, TETHER, journal, shell, start_two_pauses
 
 
 def test_history_lists_the_boundaries_and_fork_starts_a_run_from_one(url: str) -> None:
@@ -49,3 +52,24 @@ def test_a_fork_that_cannot_be_is_refused_with_what_to_do(url: str) -> None:
     assert code != 0 and "nobody" in err
     code, out, _ = shell("executions", "--json", store=url)
     assert sorted(e["execution_id"] for e in json.loads(out)) == ["job"]  # nothing was created
+
+
+def test_a_fork_killed_before_its_journal_is_written_never_runs_and_is_made_again(url: str) -> None:
+    start_two_pauses(url, "job")
+    env = {**os.environ, "TETHER_STORE": url, "TETHER_FAULTS": "fork_started"}
+    killed = subprocess.run([TETHER, "fork", "job", "--at", "1", "--as", "job-k"], env=env, cwd=ROOT,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert killed.returncode == -signal.SIGKILL
+    assert journal(url, "job-k") == []  # the row is there, and nothing of its journal
+    # No process runs it from its start, which would do the original's effects again.
+    code, _, err = shell("recover", "job-k", "--app", APP, store=url)
+    assert code != 0 and "a fork that was never finished" in err
+    assert journal(url, "job-k") == []
+    # The same fork, asked again, is made (the dead process's lease is taken over).
+    code, out, err = shell("fork", "job", "--at", "1", "--as", "job-k", "--json", store=url)
+    assert code == 0, err
+    [first] = journal(url, "job")[:1]
+    forked = journal(url, "job-k")
+    assert [(e.seq, e.label) for e in forked] == [(1, first.label), (2, "fork")]
+    code, out, err = shell("show", "job-k", "--json", store=url)
+    assert json.loads(out)["execution"]["version"] == ""
