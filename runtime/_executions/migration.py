@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from tether.runtime._core.interrupt import content_digest
 from tether.runtime._core.owners import process_owner, tag
 from tether.stores import ConfigurationError, ExecutionNotFound, JournalEntry, NewEntry, TetherError
 
@@ -57,8 +58,11 @@ class Migration:
     def rename(self, old: str, new: str) -> None:
         """Rename a path segment everywhere the run holds it: ``rename("node:review", "node:sign_off")``.
 
-        Works for nodes, tools (also in the LLM turns that called them), agents
-        and workers; the pending interrupts move with it.
+        Works for nodes, tools, swarm members (``agent:``) and workers: in paths,
+        step keys and ask ids, in the LLM turns that called the tool (or the
+        ``delegate_to_``/``handoff_to_`` tool a member's name makes), and in the
+        ``to``, ``by`` and ``handoff_to`` fields of delegations and handoffs. The
+        pending interrupts move with it.
 
         Raises:
             ConfigurationError: The segments are not ``kind:name`` of one kind.
@@ -68,21 +72,22 @@ class Migration:
         if kind != new_kind:
             raise ConfigurationError(f"rename({old!r}, {new!r}): a {kind} can only be renamed to another {kind}.")
 
-        def moved(path: str) -> str:
-            return "/".join(_renamed(part, old, new) for part in path.split("/"))
-
+        renaming = _Renaming.of(kind, name, new_name)
+        renamed = [entry.model_copy(update={"path": renaming.text(entry.path), "label": renaming.text(entry.label),
+                                            "payload": renaming.value(entry.payload)}) for entry in self.journal]
+        asks = _asks_renamed(self.journal, renamed)
         touched = 0
-        for index, entry in enumerate(self.journal):
-            payload = _renamed_payload(entry.payload, old, new, moved, name, new_name if kind == "tool" else None)
-            changed = entry.model_copy(update={"path": moved(entry.path), "label": _renamed(entry.label, old, new),
-                                               "payload": payload})
+        for index, (entry, changed) in enumerate(zip(self.journal, renamed, strict=True)):
+            ask = changed.payload.get("id") if isinstance(changed.payload, dict) else None
+            if isinstance(ask, str) and ask in asks:
+                changed = changed.model_copy(update={"payload": {**changed.payload, "id": asks[ask]}})  # type: ignore[dict-item]
             if changed != entry:
                 touched += 1
                 self.journal[index] = changed
         for index, row in enumerate(self.pending):
-            if moved(row.agent_path) != row.agent_path:
+            if renaming.text(row.agent_path) != row.agent_path:
                 touched += 1
-                self.pending[index] = row.model_copy(update={"agent_path": moved(row.agent_path)})
+                self.pending[index] = row.model_copy(update={"agent_path": renaming.text(row.agent_path)})
         self.changes.append(f"renamed {old} to {new} ({touched} entries)")
 
     def drop(self, segment: str) -> None:
@@ -272,22 +277,80 @@ def _renamed(part: str, old: str, new: str) -> str:
     return part
 
 
-def _renamed_payload(payload: Any, old: str, new: str, moved: Callable[[str], str],
-                     tool: str, new_tool: str | None) -> Any:
-    if not isinstance(payload, dict):
-        return payload
-    changed = dict(payload)
-    if isinstance(changed.get("step"), str):
-        changed["step"] = "|".join(moved(part) if index == 0 else _renamed(part, old, new)
-                                   for index, part in enumerate(changed["step"].split("|")))
-    if isinstance(changed.get("path"), str):
-        changed["path"] = moved(changed["path"])
-    result = changed.get("result")
-    if new_tool is not None and isinstance(result, dict) and isinstance(result.get("tool_calls"), list):
-        calls = [{**call, "name": new_tool} if isinstance(call, dict) and call.get("name") == tool else call
-                 for call in result["tool_calls"]]
-        changed["result"] = {**result, "tool_calls": calls}
-    return changed
+@dataclass(frozen=True)
+class _Renaming:
+    """One rename, as it applies to path segments, tool names and member names."""
+
+    segments: dict[str, str]
+    tools: dict[str, str]
+    members: dict[str, str]
+
+    @classmethod
+    def of(cls, kind: str, name: str, new: str) -> _Renaming:
+        segments = {f"{kind}:{name}": f"{kind}:{new}"}
+        tools: dict[str, str] = {}
+        members: dict[str, str] = {}
+        if kind == "tool":
+            tools[name] = new
+        elif kind in ("worker", "agent"):
+            # A member's name makes the tool that reaches it, and is the "to" of every delegation or handoff.
+            tool = "delegate_to_" if kind == "worker" else "handoff_to_"
+            tools[tool + name] = tool + new
+            segments[f"tool:{tool}{name}"] = f"tool:{tool}{new}"
+            members[name] = new
+        return cls(segments, tools, members)
+
+    def text(self, text: str) -> str:
+        """A path, a label, a step key or an ask id, with every renamed segment renamed."""
+        return "|".join("/".join(self._segment(part) for part in piece.split("/")) for piece in text.split("|"))
+
+    def _segment(self, part: str) -> str:
+        for old, new in self.segments.items():
+            renamed = _renamed(part, old, new)
+            if renamed != part:
+                return renamed
+        return part
+
+    def value(self, value: Any) -> Any:
+        """A payload with the rename applied all through it."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, list):
+            return [self.value(item) for item in value]
+        if not isinstance(value, dict):
+            return value
+        renamed = {}
+        for key, item in value.items():
+            if key == "name" and isinstance(item, str) and item in self.tools:
+                renamed[key] = self.tools[item]
+            elif key in ("to", "by", "handoff_to") and isinstance(item, str) and item in self.members:
+                renamed[key] = self.members[item]
+            else:
+                renamed[key] = self.value(item)
+        return renamed
+
+
+def _asks_renamed(before: Sequence[JournalEntry], after: Sequence[JournalEntry]) -> dict[str, str]:
+    """The ask ids whose message the rename changed, with the ids the new code will ask with.
+
+    An ask id ends with a digest of the message asked: a message that names a
+    renamed member (a swarm's blackboard) is asked under another id now.
+    """
+    asks: dict[str, str] = {}
+    for old, new in zip(before, after, strict=True):
+        old_payload: Any = old.payload
+        new_payload: Any = new.payload
+        if old.label != "inbox" or not isinstance(new_payload, dict) or not isinstance(new_payload.get("id"), str):
+            continue
+        ask_id, message = new_payload["id"], new_payload.get("message")
+        was = old_payload.get("message") if isinstance(old_payload, dict) else None
+        head, bar, digest = ask_id.rpartition("|")
+        digest, hash_mark, ordinal = digest.partition("#")
+        if message == was or not (bar and hash_mark) or not isinstance(message, dict) or not isinstance(was, dict):
+            continue
+        if digest == content_digest(was.get("data")):  # keyed as tether keys asks; anything else is left alone
+            asks[ask_id] = f"{head}|{content_digest(message.get('data'))}#{ordinal}"
+    return asks
 
 
 def _holds(entry: JournalEntry, under: Callable[[str], bool]) -> bool:

@@ -89,13 +89,31 @@ def _edges_after(store: Store) -> Chain:
     return chain
 
 
-@pytest.mark.parametrize("change", ["tool added", "prompt changed"])
+@pytest.mark.parametrize("change", ["tool added", "prompt changed", "model changed"])
 async def test_a_paused_agent_resumes_on_a_compatible_change(store: Store, change: str) -> None:
     await paused(agent_v1(store), "a", "Refund order 42")
-    after = agent_v1(store, tools=[approve_refund, lookup]) if change == "tool added" else \
-        agent_v1(store, prompt="You refund, politely.")
+    if change == "tool added":
+        after = agent_v1(store, tools=[approve_refund, lookup])
+    elif change == "prompt changed":
+        after = agent_v1(store, prompt="You refund, politely.")
+    else:  # another LLM answers the turns to come; the turns before the pause are journaled
+        after = Agent("refunds", llm=ScriptedLLM(lambda messages: "done by another model"),
+                      tools=[approve_refund], system_prompt="You refund.", store=store)
     result = await after.resume("a", Resume(approved=True))
-    assert result.status == "completed" and result.output == "done"
+    assert result.status == "completed"
+    assert result.output == ("done by another model" if change == "model changed" else "done")
+
+
+async def test_a_paused_swarm_resumes_with_a_member_added(store: Store) -> None:
+    def team(*extra: str) -> Swarm:
+        agents = [Agent("a", llm=ScriptedLLM([ToolCall("approve_refund", {"amount": 1}), "ok"]),
+                        tools=[approve_refund])]
+        agents += [Agent(name, llm=ScriptedLLM(["never asked"])) for name in extra]
+        return Swarm("team", agents=agents, entrypoint="a", store=store)
+
+    await paused(team(), "w", "go")
+    result = await team("b").resume("w", Resume(approved=True))
+    assert result.status == "completed" and result.output == "ok"
 
 
 async def test_removing_the_node_a_run_waits_in_is_refused_and_consumes_nothing(store: Store) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tether.actors import Agent, Chain, ScriptedLLM, ToolCall
+from tether.actors import Agent, Chain, ScriptedLLM, Supervisor, Swarm, ToolCall, Worker
 from tether.runtime import Migration, MigrationFailed, Resume, interrupt, migrate
 from tether.runtime._executions.runner import newest, runner_for
 from tether.runtime.ops._operator import Operator
@@ -218,6 +218,44 @@ async def test_a_dropped_call_is_made_again_on_the_new_version(store: Store) -> 
     assert result.status == "completed"
     [told] = [m.content for m in llm.requests[0].messages if m.role == "tool"]
     assert "no tool named 'legacy_check'" in str(told)
+
+
+def boss(role: str, store: Store, version: str) -> Supervisor:
+    worker = Worker(Agent("refunds", llm=ScriptedLLM([ToolCall("approve_refund", {"amount": 70}), "refunded"]),
+                          tools=[approve_refund]), role)
+
+    def plan(messages: list[Any]) -> Any:
+        answered = [m.content for m in messages if m.role == "tool"]
+        return f"all done: {answered[0]}" if answered else ToolCall(f"delegate_to_{role}", {"task": "refund 42"})
+
+    return Supervisor("boss", llm=ScriptedLLM(plan), workers=[worker], store=store, version=version)
+
+
+def team(member: str, store: Store, version: str) -> Swarm:
+    lead = Agent("lead", llm=ScriptedLLM([ToolCall(f"handoff_to_{member}", {"message": "refund it"})]))
+    refunder = Agent(member, llm=ScriptedLLM([ToolCall("approve_refund", {"amount": 1}), "refunded"]),
+                     tools=[approve_refund])
+    return Swarm("team", agents=[lead, refunder], entrypoint="lead", store=store, version=version)
+
+
+async def test_a_renamed_worker_or_member_is_renamed_in_the_delegation_and_the_handoff(store: Store) -> None:
+    assert (await boss("refunder", store, "1").run("go", execution_id="s")).status == "paused"
+    supervisor = boss("refunds", store, "2")
+    supervisor.migrate(from_version="1")(lambda run: run.rename("worker:refunder", "worker:refunds"))
+    await migrate(store, "s", supervisor)
+    [pending] = await store.list_pending(execution_id="s")
+    assert pending.agent_path == "supervisor:boss/worker:refunds/tool:approve_refund"
+    result = await supervisor.resume("s", Resume(approved=True))
+    assert (result.status, result.output) == ("completed", "all done: refunded")  # the worker's answer came back
+
+    assert (await team("a", store, "1").run("go", execution_id="w")).status == "paused"
+    swarm = team("b", store, "2")
+    swarm.migrate(from_version="1")(lambda run: run.rename("agent:a", "agent:b"))
+    await migrate(store, "w", swarm)
+    result = await swarm.resume("w", Resume(approved=True))
+    assert (result.status, result.output) == ("completed", "refunded")
+    asked = [e for e in await store.read_journal("w") if e.label == "inbox" and e.path == "swarm:team/agent:b"]
+    assert len(asked) == 1  # the member was not asked a second time under another id
 
 
 def test_versions_are_ordered_as_numbers_and_bad_ones_are_refused() -> None:
