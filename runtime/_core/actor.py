@@ -128,6 +128,7 @@ class ActorContext:
             raise UsageError(f"{self.path!r} is not durable: spawn it with durable=True to use step().")
         key = step.local_key(label)
         if key in step.recorded:
+            step.replayed.add(key)
             return step.recorded[key]
         if _is_async(fn):
             result = await fn(*args)

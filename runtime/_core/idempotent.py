@@ -55,6 +55,8 @@ class Step:
     replay: bool = True
     """The message may have been handled before, so records may exist. False for a message
     handled for the first time: its calls run without looking for records first."""
+    replayed: set[str] = field(default_factory=set)
+    """The keys of ``recorded`` steps this handling has been answered from so far."""
     _ordinals: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

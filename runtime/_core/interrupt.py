@@ -147,11 +147,10 @@ class CallScope:
     """Decisions per call path, oldest first: each is consumed by one call (see `take`)."""
     opened: dict[str, int] = field(default_factory=dict)
     """How many calls of each name this message has opened: numbers never repeat."""
-    decided: frozenset[str] = frozenset()
-    """The paths that had decisions when the message was taken up: calls an earlier handling paused in."""
-
-    def __post_init__(self) -> None:
-        self.decided = frozenset(self.resume_values)
+    suspended: tuple[str, ...] = ()
+    """The call paths an earlier handling of this message suspended at, decided or not: its progress."""
+    taken: dict[str, int] = field(default_factory=dict)
+    """How many decisions each call path consumed in this handling: the progress it replayed."""
 
     def take(self, path: str, reason: str, context: JsonValue) -> Answer | None:
         """The decision for the call at ``path`` asking ``reason`` about ``context``, consumed.
@@ -171,6 +170,7 @@ class CallScope:
         digest = content_digest(context)
         exact = [i for i in alike if values[i].context == digest]
         decision = values.pop(exact[0] if exact else alike[0])
+        self.taken[path] = self.taken.get(path, 0) + 1
         for log in taking.get():  # an @idempotent call running: it records what its body took
             log.append((path, reason, digest))
         return decision
@@ -182,6 +182,7 @@ class CallScope:
         exact = [i for i in alike if values[i].context == digest]
         if exact or alike:
             values.pop(exact[0] if exact else alike[0])
+            self.taken[path] = self.taken.get(path, 0) + 1
 
 
 def content_digest(content: Any) -> str:

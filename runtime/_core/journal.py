@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import getpass
 import threading
 from dataclasses import dataclass
@@ -163,6 +164,8 @@ class Loaded:
     """Results of durable steps per unhandled inbox seq: step key -> result."""
     finished: tuple[bool, Any] = (False, None)
     """Whether an execution's root finished, and with what output."""
+    suspended: dict[int, list[str]] = dataclasses.field(default_factory=dict)
+    """The call paths each unhandled inbox seq suspended at, decided or not, in journal order."""
 
 
 class ActorJournal:
@@ -311,6 +314,7 @@ class ActorJournal:
         suspensions: dict[int, tuple[int, Any, Any]] = {}   # suspended entry seq -> (inbox seq, reason, context)
         decisions: dict[int, dict[str, list[Answer]]] = {}
         steps: dict[int, dict[str, Any]] = {}
+        suspended: dict[int, list[str]] = {}
         self.asks.clear()
         self._ids.clear()
         handled_count = accepted = 0
@@ -343,6 +347,7 @@ class ActorJournal:
                     self._ids[entry.seq] = payload["id"]
             elif entry.kind == "suspended":
                 suspensions[entry.seq] = (payload["inbox"], payload.get("reason"), payload.get("context"))
+                suspended.setdefault(payload["inbox"], []).append(str(payload.get("path", "")))
             elif entry.kind == "snapshot":
                 history.append(("snapshot", payload))
             elif isinstance(payload, dict) and "step" in payload:
@@ -358,10 +363,11 @@ class ActorJournal:
                 inbox.pop(payload["inbox"], None)
                 decisions.pop(payload["inbox"], None)
                 steps.pop(payload["inbox"], None)
+                suspended.pop(payload["inbox"], None)
                 ask_id = self._ids.get(payload["inbox"])
                 if ask_id is not None:
                     self.asks[ask_id] = (payload["inbox"], True, payload.get("reply"))
         self.handled, self.accepted = handled_count, accepted
         unhandled = [(seq, message, ask_id) for seq, (message, ask_id) in sorted(inbox.items())]
         return Loaded(_delta.restore(history), unhandled, decisions, steps,
-                      (False, None) if finished is None else (True, finished["output"]))
+                      (False, None) if finished is None else (True, finished["output"]), suspended)

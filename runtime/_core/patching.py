@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from tether.stores import UsageError
 
-from .idempotent import current_step
+from .idempotent import Step, current_step
 from .interrupt import current_call, current_segment
 from .journal import Carried
 
@@ -24,12 +24,14 @@ __all__ = ["patched"]
 def patched(change_id: str) -> bool:
     """Whether the call running now takes the changed path named ``change_id``.
 
-    True when this call is made for the first time on code that has the check
-    (a new run, or a run that reaches this node or tool only now), False when it
-    is made again after the old code began it: it paused in it (an interrupt,
-    a durable sleep) or ran a durable step in it before this check existed.
-    Whatever it answers first is what it answers on every replay, after a crash
-    too. Sync and async code alike may call it; it never waits for the store.
+    True when no code without the check went past this point of the call: a new
+    run, a run that reaches this node or tool only now, or one whose earlier
+    handling stopped before here. False when the old code went further in this
+    call: it paused in it (an interrupt, answered or not, a durable sleep) or
+    ran a durable step of it after this point. Whatever it answers first is what
+    it answers on every replay, after a crash too. Sync and async code alike may
+    call it; it never waits for the store. (``@idempotent`` records are not part
+    of this: a call's effects are told apart by its steps and pauses.)
 
     Outside an execution, nothing older could have run: it returns True.
 
@@ -53,27 +55,36 @@ def patched(change_id: str) -> bool:
     recorded = step.recorded.get(key)
     if isinstance(recorded, bool):
         return recorded
-    answer = not _begun_before(step.recorded, current_segment() or "")
+    answer = not _begun_before(step, current_segment() or "")
     step.journal.carry(Carried(step.inbox_seq, "patched", key, answer))
     return answer
 
 
-def _begun_before(recorded: dict[str, object], segment: str) -> bool:
-    """Whether an earlier handling of this message did anything durable in the call ``segment``.
+def _begun_before(step: Step, segment: str) -> bool:
+    """Whether an earlier handling of this message went past this point of the call ``segment``.
 
-    Its decisions (the call paused and was answered) and its durable steps
-    (a timer, a step of its own) are what the journal holds of it.
+    The journal holds what earlier handlings did in the call, in order: its
+    durable steps (a timer, a step of its own) and its suspensions (an
+    interrupt, answered or not). A handling made again replays them in the same
+    order. So at this check, if the journal holds more of the call than this
+    handling has replayed so far, an earlier one went further on code without
+    the check; if it holds exactly that much, nothing past this point was ever
+    journaled, and the new path is as good as the first time.
     """
     scope = current_call.get()
-    inside = f"{scope.actor_path}/{segment}" if scope is not None and segment else None
+    journaled = replayed = 0
     if scope is not None:
-        for path in scope.decided:
-            if inside is None or path == inside or path.startswith(inside + "/"):
-                return True
-    for key, value in recorded.items():
-        if isinstance(value, bool) and "|patched|" in key:
-            continue  # another check's answer is not progress
-        where = key.partition("|")[0]
-        if not segment or where == segment or where.startswith(segment + "/"):
-            return True
-    return False
+        inside = f"{scope.actor_path}/{segment}" if segment else scope.actor_path
+        journaled += sum(1 for path in scope.suspended if _within(path, inside))
+        replayed += sum(count for path, count in scope.taken.items() if _within(path, inside))
+    for key in step.recorded:
+        where, _, rest = key.partition("|")
+        if rest.startswith("patched|") or not (not segment or _within(where, segment)):
+            continue  # another check's answer is not progress; another call's steps are its own
+        journaled += 1
+        replayed += key in step.replayed
+    return replayed < journaled
+
+
+def _within(path: str, inside: str) -> bool:
+    return path == inside or path.startswith(inside + "/")

@@ -74,6 +74,7 @@ class Slot:
         self.decisions: dict[int, dict[str, list[Answer]]] = {}  # resume decisions per inbox seq
         self.waiters: dict[int, list[Reply]] = {}  # repeated asks waiting for a message
         self.steps: dict[int, dict[str, Any]] = {}  # durable step results per inbox seq
+        self.suspended: dict[int, list[str]] = {}  # the call paths each message suspended at
         self.finish: tuple[bool, Any] = (False, None)
         self.generation = 0         # which incarnation is current
         self.cold: bool = True          # next incarnation is the first in this process
@@ -170,6 +171,7 @@ class Slot:
         instance.state = state_type.model_validate(loaded.state)
         self.decisions = loaded.decisions
         self.steps = loaded.steps
+        self.suspended = loaded.suspended
         if self.root and loaded.finished[0] and self.execution is not None:
             # It finished before its process died, between that entry and the release.
             self.finish = loaded.finished
@@ -213,7 +215,8 @@ class Slot:
                                          self.steps.get(envelope.inbox_seq or 0, {}), envelope.replayed))
             if self.execution is not None:  # interrupt() belongs to executions only
                 decisions = self.decisions.get(envelope.inbox_seq or 0, {})
-                call = current_call.set(CallScope(self.path, {p: list(v) for p, v in decisions.items()}))
+                call = current_call.set(CallScope(self.path, {p: list(v) for p, v in decisions.items()},
+                                                  suspended=tuple(self.suspended.get(envelope.inbox_seq or 0, ()))))
         try:
             try:
                 reply = await instance.receive(envelope.message)

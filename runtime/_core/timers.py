@@ -44,6 +44,7 @@ async def _park_until(when: datetime | timedelta, argument: str) -> None:
     # Keyed by what was asked, so timers running at once keep their own due times on a replay.
     key = step.local_key("sleep", argument)
     if key in step.recorded:
+        step.replayed.add(key)
         due = datetime.fromisoformat(step.recorded[key])
     else:
         due = step.journal.hooks.now() + when if isinstance(when, timedelta) else when

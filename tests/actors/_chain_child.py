@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 from _child import run_child, say
 from tether.actors import Chain
-from tether.runtime import interrupt, patched
+from tether.runtime import interrupt, patched, sleep
 from tether.stores import Store
 
 RUNS_FILE = os.environ["TETHER_TEST_RUNS"]
@@ -68,6 +68,18 @@ def approve_patched(state: Any) -> dict[str, Any]:
     return {"approved": decision.approved, "paged": paged}
 
 
+async def timer_then_patched(state: Any) -> dict[str, Any]:
+    """A durable step of the call journaled before the check: killed, when asked, right after the check."""
+    await sleep(0)
+    paged = patched("page-first")
+    note(f"patched:{paged}")
+    note("approve")
+    if BLOCK == f"approve:{visits('approve')}":
+        say("in approve")
+        await anyio.sleep_forever()  # killed here
+    return {"paged": paged}
+
+
 def build(scenario: str, store: Store) -> Chain:
     chain = Chain(scenario, store=store, lease_seconds=60.0)
     if scenario == "line":
@@ -92,6 +104,8 @@ def build(scenario: str, store: Store) -> Chain:
         chain.add_node(node("n2"))
         chain.add_edge("n1", "n2")
         chain.add_edge("n2", "n1", max_iterations=3)
+    elif scenario == "patch_step":
+        chain.add_node(timer_then_patched, "approve")
     elif scenario in ("approval", "patch"):
         chain.add_node(node("validate"))
         chain.add_node(approve_patched if scenario == "patch" and CODE == "new" else approve, "approve")

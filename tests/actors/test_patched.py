@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
-from tether.actors import Chain
+from tether.actors import Agent, Chain, ScriptedLLM, ToolCall
 from tether.runtime import Resume, interrupt, patched
 from tether.stores import Store, UsageError
 
@@ -82,6 +82,42 @@ async def test_the_answer_is_the_same_when_the_message_is_handled_again(store: S
     assert [answer for _, answer in answers] == [False, False]
 
 
+async def test_a_check_after_a_pause_of_a_new_run_takes_the_new_path(store: Store) -> None:
+    def approve_then_check(state: dict[str, Any]) -> dict[str, Any]:
+        approved = interrupt("manager_approval", {"amount": 5}).approved
+        answers.append(("after", patched("audit-after-approval")))  # past the pause: reached only now
+        return {"approved": approved}
+
+    new = chain(store, approve_then_check)
+    assert (await new.run({}, execution_id="n")).status == "paused"
+    assert (await new.resume("n", Resume(approved=True))).status == "completed"
+    assert answers == [("after", True)]
+
+
+async def test_a_call_paused_on_the_old_code_keeps_the_old_path_while_another_is_decided(store: Store) -> None:
+    new_code = False
+
+    def approve_refund(amount: int) -> str:
+        return "ok" if interrupt("manager", {"amount": amount}).approved else "no"
+
+    def freeze_account(account: str) -> str:
+        if new_code:
+            answers.append(("freeze", patched("page-security-first")))
+        return "frozen" if interrupt("security", {"account": account}).approved else "open"
+
+    def agent() -> Agent:
+        llm = ScriptedLLM([[ToolCall("approve_refund", {"amount": 5}), ToolCall("freeze_account", {"account": "X"})],
+                           "done"])
+        return Agent("a", llm=llm, tools=[approve_refund, freeze_account], store=store)
+
+    assert (await agent().run("go", execution_id="e")).status == "paused"  # paused in both tools, old code
+    new_code = True
+    await agent().resume("e", Resume(approved=True), path="agent:a/tool:approve_refund")
+    result = await agent().resume("e", Resume(approved=True), path="agent:a/tool:freeze_account")
+    assert result.status == "completed"
+    assert answers == [("freeze", False), ("freeze", False)]  # it was paused in freeze_account all along
+
+
 def test_outside_an_execution_there_is_no_old_code() -> None:
     assert patched("anything") is True
     with pytest.raises(UsageError, match="non-empty string"):
@@ -113,6 +149,13 @@ def test_a_crash_between_the_check_and_the_next_boundary_gives_the_same_answer(s
     result = scenario.run("patch", "resume")
     assert result["status"] == "completed" and result["output"]["paged"] is True
     assert checks(scenario) == {"patched:True": 3}
+
+
+def test_a_crash_after_a_check_that_follows_a_durable_step_gives_the_same_answer(scenario: Scenario) -> None:
+    scenario.kill_inside("patch_step", "approve:1")  # its timer journaled, the answer not yet
+    result = scenario.run("patch_step", "recover")
+    assert result["status"] == "completed" and result["output"]["paged"] is True
+    assert checks(scenario) == {"patched:True": 2}
 
 
 def test_a_crash_after_the_old_path_was_chosen_keeps_the_old_path(scenario: Scenario) -> None:
