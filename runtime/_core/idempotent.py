@@ -57,6 +57,9 @@ class Step:
     handled for the first time: its calls run without looking for records first."""
     replayed: set[str] = field(default_factory=set)
     """The keys of ``recorded`` steps this handling has been answered from so far."""
+    alias: str | None = None
+    """In a fork that reuses effects, the message's name by its ask (``ask:<digest>``): records
+    the original made while handling the same ask are found under it, whatever its number."""
     _ordinals: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -83,6 +86,14 @@ class Step:
             ordinal = self._ordinals.get(scoped, 0) + 1
             self._ordinals[scoped] = ordinal
         return f"{scoped}#{ordinal}"
+
+
+def ask_alias(execution_id: str, ask_id: str | None) -> str | None:
+    """A message's name by the ask that sent it, the same in an execution and in its forks (or None)."""
+    if ask_id is None:
+        return None
+    _, _, within = ask_id.partition("|")  # an ask id begins with its execution's id
+    return f"ask:{content_digest(within)}"
 
 
 current_step: ContextVar[Step | None] = ContextVar("tether_step", default=None)
@@ -168,6 +179,15 @@ def idempotent(
             record_key = step.key_for(name_of(*args, **kwargs), call)
             return record_key, (step.key_for(legacy_name, call) if legacy_name is not None and step.replay else None)
 
+        def lookups(step: Step, record_key: str, legacy_key: str | None) -> list[tuple[str, bool]]:
+            """The keys a record of this call may be under, in the order they are tried (and whether legacy)."""
+            keys = [(record_key, False)]
+            if legacy_key is not None:
+                keys.append((legacy_key, True))
+            if step.alias is not None:
+                keys.append((record_key.replace(f"|{step.step}|", f"|{step.alias}|", 1), False))
+            return keys
+
         def recorded(found: IdempotencyRecord, legacy: bool) -> Any:
             """The recorded result; the decisions its body took the first time are taken again."""
             value: Any = found.value
@@ -196,13 +216,10 @@ def idempotent(
                 journal = step.journal
                 if step.replay:  # a message handled for the first time has no records to find
                     execution_id = journal.lease.execution_id
-                    found = await journal.store.get_idempotent(execution_id, record_key)
-                    if found is not None:
-                        return recorded(found, legacy=False)
-                    if legacy_key is not None:
-                        found = await journal.store.get_idempotent(execution_id, legacy_key)
+                    for lookup, legacy in lookups(step, record_key, legacy_key):
+                        found = await journal.store.get_idempotent(execution_id, lookup)
                         if found is not None:
-                            return recorded(found, legacy=True)
+                            return recorded(found, legacy)
                 token = _current_key.set(record_key)
                 taken: list[tuple[str, str, str]] = []
                 watch = _taking.set((*_taking.get(), taken))
@@ -239,11 +256,10 @@ def idempotent(
             record_key, legacy_key = lookup_keys(step, (args, kwargs), args, kwargs)
             if step.replay:  # a message handled for the first time has no records to find
                 execution_id = journal.lease.execution_id
-                for lookup, legacy in ((record_key, False), (legacy_key, True)):
-                    if lookup is not None:
-                        found = anyio.from_thread.run(journal.store.get_idempotent, execution_id, lookup)
-                        if found is not None:
-                            return recorded(found, legacy)
+                for lookup, legacy in lookups(step, record_key, legacy_key):
+                    found = anyio.from_thread.run(journal.store.get_idempotent, execution_id, lookup)
+                    if found is not None:
+                        return recorded(found, legacy)
             token = _current_key.set(record_key)
             taken: list[tuple[str, str, str]] = []
             watch = _taking.set((*_taking.get(), taken))

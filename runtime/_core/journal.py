@@ -125,6 +125,9 @@ class LeaseHolder:
         self.journal: list[JournalEntry] | None = journal
         """The execution's journal as read when its lease was taken, while nothing has been
         written since: the actors restoring then read it from here, not each from the store."""
+        self.reusing: bool = False
+        """A fork that reuses the original's side effects: every call looks for a record,
+        also in a message it handles for the first time (see `tether.runtime.fork`)."""
 
     def wrote(self) -> None:
         """Something was journaled: the journal read up front is no longer all of it."""
@@ -325,6 +328,8 @@ class ActorJournal:
             journal = await self.store.read_journal(self.lease.execution_id)
         for entry in journal:
             payload: Any = entry.payload
+            if entry.label == "fork" and isinstance(payload, dict) and payload.get("effects") == "reuse":
+                self.holder.reusing = True
             if entry.kind == "resumed":
                 # A decision for a call of mine (at my path or below it, but for one of
                 # my own suspensions: a child's share the prefix, not the seq).

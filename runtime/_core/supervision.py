@@ -25,7 +25,7 @@ from . import delta as _delta
 from .actor import Actor, ActorContext, ActorFactory, segment
 from .errors import ActorCrashed, ActorStopped, SupervisionEscalated
 from .execution import ExecutionState, Start
-from .idempotent import Step, current_step
+from .idempotent import Step, ask_alias, current_step
 from .interrupt import Answer, CallScope, Interrupted, Parked, Suspended, Suspension, current_call
 from .journal import ActorJournal, MessageCodec
 from .policies import RestartPolicy, SupervisionStrategy
@@ -211,8 +211,11 @@ class Slot:
         if self.journal is not None:
             # @idempotent calls and asks are keyed by the message's journal entry:
             # handling it again (after a crash or a resume) finds the same records.
+            reusing = self.journal.holder.reusing
             step = current_step.set(Step(self.journal, f"inbox:{envelope.inbox_seq}", envelope.inbox_seq,
-                                         self.steps.get(envelope.inbox_seq or 0, {}), envelope.replayed))
+                                         self.steps.get(envelope.inbox_seq or 0, {}), envelope.replayed or reusing,
+                                         alias=ask_alias(self.journal.lease.execution_id, envelope.ask_id)
+                                         if reusing else None))
             if self.execution is not None:  # interrupt() belongs to executions only
                 decisions = self.decisions.get(envelope.inbox_seq or 0, {})
                 call = current_call.set(CallScope(self.path, {p: list(v) for p, v in decisions.items()},

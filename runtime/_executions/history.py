@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 from tether.runtime._core import delta
 from tether.runtime._core.hooks import installed, names
+from tether.runtime._core.idempotent import ask_alias
 from tether.runtime._core.interrupt import Resume, loaded_model
 from tether.runtime._core.journal import take_lease
 from tether.runtime._core.owners import process_owner, tag
@@ -181,7 +182,9 @@ async def fork(
         owner=owner, lease_seconds=60,
     )
     lease = started.lease
-    if not started.created and started.execution.version == FORKING and not started.execution.finished:
+    existing = started.execution
+    if (not started.created and existing.version == FORKING and not existing.finished
+            and (existing.root_path, existing.input) == (execution.root_path, execution.input)):
         # A fork of this id whose process died before finishing it (LeaseHeld if it is alive): made again.
         lease = await take_lease(store, new_execution_id, owner=owner, lease_seconds=60,
                                  path=execution.root_path)
@@ -196,11 +199,11 @@ async def fork(
     try:
         if effects == "reuse":
             # A record's key begins with its execution's id: the fork's calls look under their own.
+            asks = {(e.path, e.seq): e.payload.get("id") for e in journal
+                    if e.label == "inbox" and isinstance(e.payload, dict)}
             for record in await store.list_idempotent(execution_id):
-                key = record.key
-                if key.startswith(f"{execution_id}|"):
-                    key = f"{new_execution_id}|{key[len(execution_id) + 1:]}"
-                await store.put_idempotent(lease, key, record.value)
+                for key in _reused_keys(record.key, execution_id, new_execution_id, journal[cut - 1].seq, asks):
+                    await store.put_idempotent(lease, key, record.value)
         installed().faults.reached("fork_started")
         await store.rewrite(lease, kept, pending=[], version=execution.version, fingerprint=execution.fingerprint)
         await store.release_lease(lease)
@@ -211,6 +214,32 @@ async def fork(
     forked = await store.get_execution(new_execution_id)
     assert forked is not None
     return forked
+
+
+def _reused_keys(key: str, execution_id: str, new_execution_id: str, last: int,
+                 asks: dict[tuple[str, int], Any]) -> list[str]:
+    """The keys a record goes under in the fork: where the fork's same call looks for it.
+
+    A key names its execution, then the actor and the message by its journal
+    number (``inbox:7``). The fork's ``fork`` entry takes the number after
+    ``last``, so a message the original accepted later is one further on in the
+    fork, as long as the fork does what the original did in the same order. A
+    message that came by an ask is also found by the ask (``ask_alias``),
+    whatever number it gets: parallel asks may be numbered in another order.
+    """
+    parts = key.split("|")
+    if len(parts) < 4 or parts[0] != execution_id:
+        return [key]  # not one tether made: left as it was
+    parts[0] = new_execution_id
+    kind, _, number = parts[2].partition(":")
+    if kind != "inbox" or not number.isdigit() or int(number) <= last:
+        return ["|".join(parts)]
+    keys = ["|".join([*parts[:2], f"inbox:{int(number) + 1}", *parts[3:]])]
+    ask_id = asks.get((parts[1], int(number)))
+    alias = ask_alias(execution_id, ask_id) if isinstance(ask_id, str) else None
+    if alias is not None:
+        keys.append("|".join([*parts[:2], alias, *parts[3:]]))
+    return keys
 
 
 def _boundary(journal: list[JournalEntry], at: int | str, execution_id: str) -> int:

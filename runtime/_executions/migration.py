@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from tether.runtime._core.interrupt import content_digest
 from tether.runtime._core.owners import process_owner, tag
-from tether.stores import ConfigurationError, ExecutionNotFound, JournalEntry, NewEntry, TetherError
+from tether.stores import ConfigurationError, ExecutionNotFound, JournalEntry, TetherError
 
 from .history import _boundary, _updated
+from .service import FORKING
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -147,52 +148,63 @@ async def migrate(store: Store, execution_id: str, runner: Runner, *, dry_run: b
     """Move a run onto ``runner``'s version, with the migration registered for its own, once.
 
     Without a registered migration a run moves only when its journal fits the
-    new version as it is. Under the run's lease, the journal, pending interrupts
-    and version are rewritten in one transaction and a ``migrated`` entry says
-    what changed; the run then stands where it stood (paused, decided, ...) on
-    the new version. With ``dry_run`` nothing is written: the result says what
-    would change.
+    new version as it is. Under the run's lease, the journal (with a ``migrated``
+    entry that says what changed), the pending interrupts and the version are
+    rewritten in one transaction; then the run stands where it stood (paused,
+    decided, ...) on the new version. With ``dry_run`` nothing is written: the
+    result says what would change.
 
     Raises:
         ExecutionNotFound: No such execution.
         ConfigurationError: It finished, it is on that version already, it is of
-            another runner, or it needs a migration nobody registered.
+            another runner, it needs a migration nobody registered, or it changed
+            while it was being migrated (migrate it again).
         MigrationFailed: The migration function raised, or its result still
             does not fit; nothing changed.
         LeaseHeld: A live process is running it; migrate it once it pauses.
     """
-    execution = await store.get_execution(execution_id)
-    if execution is None:
+    loaded = await store.load_execution(execution_id)
+    if loaded is None:
         raise ExecutionNotFound(execution_id)
+    execution, journal = loaded  # as it stands: its status is what the migrated run goes back to
     target = runner.version or ""
     _check_movable(execution, runner, target)
     if dry_run:
-        loaded = await store.load_execution(execution_id)
-        if loaded is None:
-            raise ExecutionNotFound(execution_id)
-        execution, journal = loaded
         migration = await _migrated(execution, journal, await store.list_pending(execution_id=execution_id), runner)
         return Migrated(execution_id, execution.version, target, migration.changes, written=False)
     lease = await store.acquire_lease(execution_id, owner=f"{process_owner()}/migrate{tag()}", lease_seconds=60)
+    written = False
     try:
-        # Under the lease nobody else writes (a claim waits for it): what is migrated is what is written.
-        loaded = await store.load_execution(execution_id)
-        if loaded is None:
+        # Under the lease nobody else writes (a claim waits for it). What changed before it was
+        # taken (a decision, a run, another migration) is not migrated over: the caller tries again.
+        held = await store.load_execution(execution_id)
+        if held is None:
             raise ExecutionNotFound(execution_id)
-        _, journal = loaded
+        if held[0].lease_epoch != execution.lease_epoch + 1 or [e.seq for e in held[1]] != [e.seq for e in journal]:
+            raise ConfigurationError(
+                f"Execution {execution_id!r} changed while it was being migrated (a decision, a run or another "
+                f"migration came first); nothing was migrated. Migrate it again."
+            )
         migration = await _migrated(execution, journal, await store.list_pending(execution_id=execution_id), runner)
-        await store.rewrite(lease, migration.journal, pending=migration.pending, version=target,
-                            fingerprint=runner.fingerprint)
         record: dict[str, JsonValue] = {"from": execution.version, "to": target, "changes": list(migration.changes)}
         if by is not None:
             record["by"] = by
+        # Numbered after every entry it had, dropped ones included: no number is used twice.
+        migrated = JournalEntry(execution_id=execution_id, seq=max(e.seq for e in journal) + 1 if journal else 1,
+                                path=execution.root_path, label="migrated", kind="entry", payload=record,
+                                created_at=datetime.now(UTC))
+        await store.rewrite(lease, [*migration.journal, migrated], pending=migration.pending, version=target,
+                            fingerprint=runner.fingerprint)
+        written = True
         status, wake_at = _standing(execution, migration)
-        await store.release_lease(lease, status=status, wake_at=wake_at,
-                                  entries=[NewEntry(path=execution.root_path, label="migrated", payload=record)])
+        await store.release_lease(lease, status=status, wake_at=wake_at)
     except BaseException:
         with anyio.CancelScope(shield=True):
             try:
-                await store.release_lease(lease, status=execution.status, wake_at=execution.wake_at)
+                if written:  # migrated; only its status is not back: whoever takes it up next sets it
+                    await store.release_lease(lease, wake_at=datetime.now(UTC))
+                else:
+                    await store.release_lease(lease, status=execution.status, wake_at=execution.wake_at)
             except TetherError:
                 pass  # released above, or taken over: either way not ours to give back
         raise
@@ -208,6 +220,11 @@ def _check_movable(execution: Execution, runner: Runner, target: str) -> None:
     if execution.finished:
         raise ConfigurationError(
             f"Execution {execution.execution_id!r} is {execution.status}: a finished run has nothing to migrate."
+        )
+    if execution.version == FORKING:
+        raise ConfigurationError(
+            f"Execution {execution.execution_id!r} is a fork that was never finished: there is nothing to "
+            f"migrate. Fork again with the same id to finish it."
         )
     if execution.version == target:
         raise ConfigurationError(

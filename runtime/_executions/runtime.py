@@ -6,6 +6,7 @@ import contextlib
 import json
 import warnings
 from contextlib import AsyncExitStack
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
@@ -30,11 +31,10 @@ from tether.stores import (
     UsageError,
 )
 
-from .service import FORKING, Executions, refuse_misfit, refuse_version
+from .service import FORKING, HANDED_BACK, NOTHING_CLAIMED, Executions, refuse_misfit, refuse_version
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from datetime import datetime
     from types import TracebackType
 
     from pydantic import BaseModel, JsonValue
@@ -248,7 +248,8 @@ class Runtime:
         lease = await service.take_over(execution_id, owner, root_path=root_path)
         if lease is None:
             return await service.result(execution_id)
-        return await self._drive(factory, name, lease, Start(input=execution.input))
+        fresh = None if lease.epoch == execution.lease_epoch + 1 else await self._checked_again(factory, lease)
+        return await self._drive(factory, name, lease, Start(input=execution.input), journal=fresh)
 
     async def resume(
         self,
@@ -318,9 +319,28 @@ class Runtime:
             return await service.result(execution_id)
         if lease is None:
             return await service.result(execution_id)
-        # Another process that held the lease in between wrote what was not read: read it again then.
-        fresh = journal if lease.epoch == execution.lease_epoch + 1 else None
+        fresh = journal if lease.epoch == execution.lease_epoch + 1 else await self._checked_again(factory, lease)
         return await self._drive(factory, name, lease, Start(input=execution.input), journal=fresh)
+
+    async def _checked_again(self, factory: ActorFactory, lease: Lease) -> list[JournalEntry]:
+        """The run as it is under ``lease``, checked again: another process held it since it was checked.
+
+        That process wrote what was not read, and may have moved the run to another
+        version (a migration). A run this definition can no longer continue is
+        given back at once, for a process with its code.
+        """
+        store = self._service().store
+        loaded = await store.load_execution(lease.execution_id)
+        if loaded is None:
+            raise ExecutionNotFound(lease.execution_id)
+        execution, journal = loaded
+        try:
+            check_runner(execution, factory, journal, ending=HANDED_BACK)
+        except ConfigurationError:
+            with anyio.CancelScope(shield=True), contextlib.suppress(StoreError):
+                await store.release_lease(lease, wake_at=datetime.now(UTC))
+            raise
+        return journal
 
     async def decide(
         self,
@@ -553,7 +573,7 @@ def _outage(error: BaseException | None) -> bool:
 
 
 def check_runner(execution: Execution, factory: ActorFactory[Any, Any],
-                 journal: Sequence[JournalEntry] | None = None) -> None:
+                 journal: Sequence[JournalEntry] | None = None, *, ending: str = NOTHING_CLAIMED) -> None:
     """Refuse to continue an execution with a root it was not started by, another version, or a misfit.
 
     A run continues on the version it started on. A definition that changed since
@@ -577,17 +597,17 @@ def check_runner(execution: Execution, factory: ActorFactory[Any, Any],
     if execution.version == FORKING:
         raise ConfigurationError(
             f"Execution {execution.execution_id!r} is a fork that was never finished: the process making it "
-            f"died before its journal was written, so nothing of it can run. Cancel it (tether cancel "
-            f"{execution.execution_id}) and fork again."
+            f"died before its journal was written, so nothing of it can run. Fork again with the same id "
+            f"(tether fork ... --as {execution.execution_id}) to finish it."
         )
     if execution.version and version != execution.version:
         problem = None if misfit is None or journal is None else misfit(journal)
-        raise refuse_version(execution, version, problem)
+        raise refuse_version(execution, version, problem, ending)
     if not (execution.fingerprint and fingerprint and fingerprint != execution.fingerprint):
         return
     problem = "its definition changed" if misfit is None or journal is None else misfit(journal)
     if problem is not None:
-        raise refuse_misfit(execution, fingerprint, problem)
+        raise refuse_misfit(execution, fingerprint, problem, ending)
 
 
 def _describe(error: BaseException | None) -> str | None:

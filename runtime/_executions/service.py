@@ -200,17 +200,23 @@ FORKING = "fork in progress"
 """The version of a fork while it is being made: no runner has it (a version has no spaces)."""
 
 
-def refuse_misfit(execution: Execution, fingerprint: str, problem: str) -> ConfigurationError:
+NOTHING_CLAIMED = "Nothing was claimed."
+HANDED_BACK = "Its decisions stay recorded, for a process with its code to carry out."
+
+
+def refuse_misfit(execution: Execution, fingerprint: str, problem: str,
+                  ending: str = NOTHING_CLAIMED) -> ConfigurationError:
     """The refusal of a definition ``execution``'s journal does not fit, naming what is missing."""
     return ConfigurationError(
         f"Execution {execution.execution_id!r} cannot continue on this definition of {execution.root_path} "
         f"({fingerprint}; it started on {execution.fingerprint}): {problem}. Its nodes, tools or members "
         f"changed in a way its journal cannot be replayed against: continue it with the code that "
-        f"started it, or cancel it. Nothing was claimed."
+        f"started it, or cancel it. {ending}"
     )
 
 
-def refuse_version(execution: Execution, version: str, problem: str | None) -> ConfigurationError:
+def refuse_version(execution: Execution, version: str, problem: str | None,
+                   ending: str = NOTHING_CLAIMED) -> ConfigurationError:
     """The refusal to continue ``execution`` on another version than its own, with whether its journal fits."""
     here = f"version {version!r}" if version else "a definition without a version"
     fits = (f", which does not fit its journal: {problem}" if problem is not None
@@ -219,9 +225,9 @@ def refuse_version(execution: Execution, version: str, problem: str | None) -> C
             f"with @runner.migrate(from_version={execution.version!r}) if its journal needs one)") if version \
         else "give this definition a version and migrate the run to it"
     return ConfigurationError(
-        f"Execution {execution.execution_id!r} started on version {execution.version!r} of "
+        f"Execution {execution.execution_id!r} is on version {execution.version!r} of "
         f"{execution.root_path}, and this process has {here}{fits}. Load version {execution.version!r} "
-        f"beside it (an --app list may hold both), or {move}. Nothing was claimed."
+        f"beside it (an --app list may hold both), or {move}. {ending}"
     )
 
 

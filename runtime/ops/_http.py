@@ -281,13 +281,16 @@ def create_app(
             return _problem(422, 'Give "at" (a seq from the history, or a label such as "node:b") and "as" '
                                  '(the fork\'s new execution id); nothing was forked.')
         assert isinstance(body, dict)
+        effects = body.get("effects", "again")
+        if effects not in ("again", "reuse"):
+            return _problem(422, f'"effects" is "again" (the fork\'s side effects are its own) or "reuse", not '
+                                 f'{effects!r}; nothing was forked.')
         changes = {"update": body["update"]} if "update" in body else {}
         try:
-            await operator.fork(execution_id, at=at, new_execution_id=new_id, effects=body.get("effects", "again"),
-                                **changes)
+            await operator.fork(execution_id, at=at, new_execution_id=new_id, effects=effects, **changes)
         except ValidationError as exc:
             return _problem(422, f"Not a valid decision for that boundary; nothing was forked: {exc}")
-        except ConfigurationError as exc:
+        except (ConfigurationError, LeaseHeld) as exc:
             return _problem(409, str(exc))
         forked = await operator.store.get_execution(new_id)
         continuing = bool(tasks) and forked is not None and operator.runner_for(forked) is not None

@@ -118,6 +118,52 @@ async def test_a_migration_moves_a_paused_run_once_and_it_completes_on_the_new_v
     assert result.output == {"valid": True, "approved": True, "signed": True, "charged": "v2"}
 
 
+def with_migration(store: Store) -> Chain:
+    target = v2(store)
+    target.migrate(from_version="1")(lambda run: run.rename("node:approve", "node:sign_off"))
+    return target
+
+
+async def test_a_migration_between_a_resumes_check_and_its_lease_is_caught(store: Store) -> None:
+    await paused_on_v1(store, "old")
+    target = with_migration(store)
+    claim = store.claim
+
+    async def migrated_first(*args: Any, **kwargs: Any) -> Any:
+        store.claim = claim  # type: ignore[method-assign]
+        await migrate(store, "old", target)  # an operator, between the v1 process's check and its claim
+        return await claim(*args, **kwargs)
+
+    store.claim = migrated_first  # type: ignore[method-assign]
+    with pytest.raises(ConfigurationError, match=r"is on version '2'.*decisions stay recorded"):
+        await v1(store).resume("old", Resume(approved=True))
+    execution = await store.get_execution("old")
+    assert execution is not None and execution.version == "2" and execution.lease_owner is None
+    result = await target.resume("old")  # v2 carries the recorded decision out
+    assert result.output["charged"] == "v2" and result.output["signed"] is True
+
+
+async def test_a_run_that_changes_while_it_is_migrated_is_not_migrated_twice(store: Store) -> None:
+    await paused_on_v1(store, "old")
+    target = with_migration(store)
+    acquire = store.acquire_lease
+
+    async def another_migration_first(*args: Any, **kwargs: Any) -> Any:
+        store.acquire_lease = acquire  # type: ignore[method-assign]
+        await migrate(store, "old", target)
+        return await acquire(*args, **kwargs)
+
+    store.acquire_lease = another_migration_first  # type: ignore[method-assign]
+    with pytest.raises(ConfigurationError, match="changed while it was being migrated"):
+        await migrate(store, "old", target)
+    journal = await store.read_journal("old")
+    assert [e.label for e in journal].count("migrated") == 1
+    execution = await store.get_execution("old")
+    assert execution is not None and (execution.status, execution.lease_owner) == ("paused", None)
+    with pytest.raises(ConfigurationError, match="on version '2' already"):
+        await migrate(store, "old", target)
+
+
 async def test_a_migration_that_raises_changes_nothing(store: Store) -> None:
     await paused_on_v1(store, "old")
     target = v2(store)

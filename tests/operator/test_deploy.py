@@ -35,7 +35,7 @@ def test_fifty_paused_runs_live_through_a_deploy_and_migrate(url: str, anyio_bac
     refused = step(url, anyio_backend, "refuse", "v2")
     assert sorted(refused) == ids
     for message in refused.values():
-        assert "started on version '1'" in message and "node 'approve'" in message
+        assert "is on version '1'" in message and "node 'approve'" in message
         assert "removed or renamed" in message and "--to 2" in message
 
     # A process with both: half the old runs finish on v1 while new runs start on v2.

@@ -216,11 +216,14 @@ async def test_a_fork_over_the_api_runs_here_and_leaves_the_original(db_store: S
         assert missing.status_code == 404
         unsaid = await client.post("/api/executions/f-1/fork", json={"at": 1})
         assert unsaid.status_code == 422 and '"as"' in unsaid.json()["detail"]
+        odd = await client.post("/api/executions/f-1/fork", json={"at": 1, "as": "f-1e", "effects": "some"})
+        assert odd.status_code == 422 and '"reuse"' in odd.json()["detail"]
         not_json = await client.post("/api/executions/f-1/fork", content=b"at=1",
                                      headers={"content-type": "text/plain"})
         assert not_json.status_code == 415
     assert await db_store.read_journal("f-1") == before
-    assert await db_store.get_execution("f-1c") is None and await db_store.get_execution("f-1d") is None
+    for never in ("f-1c", "f-1d", "f-1e"):
+        assert await db_store.get_execution(never) is None
 
 
 async def test_a_fork_without_the_runner_is_recorded_for_a_worker(db_store: Store) -> None:

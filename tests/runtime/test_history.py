@@ -63,6 +63,16 @@ async def test_a_fork_that_reuses_effects_answers_the_originals_calls_from_its_r
     assert lineage["effects"] == "reuse"  # type: ignore[index,call-overload]
 
 
+async def test_a_reusing_fork_of_a_supervisor_runs_no_worker_effect_again(store: Store) -> None:
+    boss = build("supervisor", store)
+    with Effects() as effects:
+        first = await boss.run("go", execution_id="s")
+        # Forked before the delegations: the workers' messages come after the boundary.
+        replay = await boss.fork("s", at="turn:1", new_execution_id="s2", effects="reuse")
+    assert replay.output == first.output
+    assert not [key for key in effects.count(effect) if key.startswith("s2|")]
+
+
 async def test_a_fork_that_reuses_effects_runs_the_calls_that_differ(store: Store) -> None:
     llm_tools = build("agent", store)
     with Effects() as effects:
