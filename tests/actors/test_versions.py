@@ -8,8 +8,9 @@ import pytest
 from tether.actors import Agent, Chain, ScriptedLLM, Supervisor, Swarm, ToolCall, Worker
 from tether.runtime import Migration, MigrationFailed, Resume, interrupt, migrate
 from tether.runtime._executions.runner import newest, runner_for
+from tether.runtime._executions.service import FORKING
 from tether.runtime.ops._operator import Operator
-from tether.stores import ConfigurationError, Store
+from tether.stores import ConfigurationError, NewExecution, Store
 
 
 def validate(state: dict[str, Any]) -> dict[str, Any]:
@@ -255,8 +256,12 @@ async def test_a_dropped_call_is_made_again_on_the_new_version(store: Store) -> 
     def without_legacy(run: Migration) -> None:
         run.drop("tool:legacy_check")
 
+    before = await store.read_journal("a")
     moved = await migrate(store, "a", new)
     assert "dropped tool:legacy_check" in moved.changes[0]
+    journal = await store.read_journal("a")
+    # The suspension at the end was dropped; the migrated entry still takes a number never used.
+    assert journal[-1].label == "migrated" and journal[-1].seq == before[-1].seq + 1
     assert await store.list_pending(execution_id="a") == []
     execution = await store.get_execution("a")
     assert execution is not None and execution.status == "running" and execution.lease_owner is None
@@ -302,6 +307,16 @@ async def test_a_renamed_worker_or_member_is_renamed_in_the_delegation_and_the_h
     assert (result.status, result.output) == ("completed", "refunded")
     asked = [e for e in await store.read_journal("w") if e.label == "inbox" and e.path == "swarm:team/agent:b"]
     assert len(asked) == 1  # the member was not asked a second time under another id
+
+
+async def test_an_unfinished_fork_is_not_migrated(store: Store) -> None:
+    started = await store.start_execution(
+        NewExecution(execution_id="half", runner="refund", root_path="chain:refund", version=FORKING),
+        owner="a-dead-fork", lease_seconds=0)
+    assert started.lease is not None
+    with pytest.raises(ConfigurationError, match=r"a fork that was never finished.*Fork again with the same id"):
+        await migrate(store, "half", with_migration(store))
+    assert await store.read_journal("half") == []
 
 
 def test_versions_are_ordered_as_numbers_and_bad_ones_are_refused() -> None:
