@@ -3,6 +3,7 @@ elsewhere, approval deadlines, durable timers, and what a worker must not take."
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -203,3 +204,62 @@ async def test_a_long_run_keeps_its_lease(db_store: Store) -> None:
     result = await chain.run({}, execution_id="d-8")
     assert result.status == "completed"
     assert result.output == {"stolen": 0}
+
+
+def versioned(version: str) -> Chain:
+    """Version 2 renamed approve; each version's charge says which it is."""
+    chain = Chain("refund", version=version, store=None)
+    chain.add_node(counted("validate"))
+    chain.add_node(approve, "approve" if version == "1" else "sign_off")
+    chain.add_node(counted(f"charge_v{version}"), "charge")
+    chain.add_edge("validate", "approve" if version == "1" else "sign_off")
+    chain.add_edge("approve" if version == "1" else "sign_off", "charge")
+    return chain
+
+
+async def test_a_worker_with_two_versions_runs_each_run_on_its_own(store: Store) -> None:
+    v1, v2 = versioned("1"), versioned("2")
+    v1.store = v2.store = store
+    assert (await v1.run({}, execution_id="old")).status == "paused"
+    await v1.decide("old", Resume(approved=True))
+    assert (await v2.start({}, execution_id="new")).status == "queued"  # a detached start, on v2
+    finished: set[str] = set()
+    done = anyio.Event()
+
+    def on_result(result: RunResult) -> None:
+        finished.add(f"{result.execution_id}:{result.status}")
+        if {"old:completed", "new:paused"} <= finished:
+            done.set()
+
+    async with ExecutionWorker(store, [v2, v1], poll_interval=0.05, on_result=on_result) as worker:
+        await serve_until(worker, done)
+    assert RUNS["charge_v1"] == 1 and RUNS["charge_v2"] == 0  # the old run finished on its own version
+    [pending] = await store.list_pending(execution_id="new")
+    assert pending.agent_path == "chain:refund/node:sign_off"  # the new one started on v2
+
+
+async def test_a_worker_without_a_runs_version_leaves_it(store: Store) -> None:
+    v1, v2 = versioned("1"), versioned("2")
+    v1.store = v2.store = store
+    assert (await v1.run({}, execution_id="old")).status == "paused"
+    await v1.decide("old", Resume(approved=True))
+    refused = anyio.Event()
+    said: list[str] = []
+
+    class Refusals(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:  # on the loop's thread, in the worker's task
+            if "leaves old to a worker with its code" in record.getMessage():
+                said.append(record.getMessage())
+                refused.set()
+
+    handler = Refusals()
+    logging.getLogger("tether.worker").addHandler(handler)
+    try:
+        async with ExecutionWorker(store, [v2], poll_interval=0.05) as worker:
+            await serve_until(worker, refused)
+    finally:
+        logging.getLogger("tether.worker").removeHandler(handler)
+    assert "node 'approve'" in said[0] and "is on version '1'" in said[0]
+    assert RUNS["charge_v2"] == 0 and RUNS["charge_v1"] == 0  # nothing ran on the wrong code
+    [entry] = [e for e in await store.read_journal("old") if e.kind == "resumed"]
+    assert entry.payload["value"]["approved"] is True  # type: ignore[index]  # the decision stays recorded
