@@ -37,7 +37,7 @@ from ._models import (
 from ._protocol import Store, check_limit
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from pydantic import JsonValue
 
@@ -145,7 +145,8 @@ class MemoryStore(Store):
         return StartResult(execution=_copied(execution), created=True, lease=lease)
 
     async def take_work(
-        self, *, owner: str, lease_seconds: float, limit: int, roots: Sequence[str] | None = None
+        self, *, owner: str, lease_seconds: float, limit: int, roots: Sequence[str] | None = None,
+        versions: Mapping[str, Sequence[str]] | None = None,
     ) -> list[Lease]:
         check_limit(limit)
         await self._enter()
@@ -153,6 +154,8 @@ class MemoryStore(Store):
 
         def due(ex: Execution) -> bool:
             if roots is not None and ex.root_path not in roots:
+                return False
+            if versions is not None and ex.version and ex.version not in versions.get(ex.root_path, ()):
                 return False
             if ex.status in ("queued", "paused", "decided"):
                 return ex.wake_at is not None and ex.wake_at <= now

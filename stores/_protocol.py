@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Protocol, Self
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from contextlib import AbstractContextManager
     from datetime import datetime
     from types import TracebackType
@@ -114,7 +114,8 @@ class Store(ABC):
 
     @abstractmethod
     async def take_work(
-        self, *, owner: str, lease_seconds: float, limit: int, roots: Sequence[str] | None = None
+        self, *, owner: str, lease_seconds: float, limit: int, roots: Sequence[str] | None = None,
+        versions: Mapping[str, Sequence[str]] | None = None,
     ) -> list[Lease]:
         """Lease up to ``limit`` executions a worker should run now, atomically.
 
@@ -122,7 +123,9 @@ class Store(ABC):
         was claimed, a timer is due, a detached start), and running ones whose
         lease expired or was handed back (their process died or stopped). Only
         executions whose root path is in ``roots`` (the runners the worker has),
-        when given. Each is leased to ``owner`` with a new epoch, marked
+        when given; and with ``versions`` (root path -> the versions the worker
+        has of it), an execution that started on a version is taken only by a
+        worker with that version (one on no version, by any). Each is leased to ``owner`` with a new epoch, marked
         ``running``, and its ``wake_at`` cleared. Concurrent callers, in any
         number of processes, never get the same execution.
         """
@@ -400,6 +403,11 @@ class Store(ABC):
             ConfigurationError: Another worker process holds the only slot.
         """
         return contextlib.nullcontext()
+
+
+def version_pairs(versions: Mapping[str, Sequence[str]]) -> list[str]:
+    """``{root: [version, ...]}`` as the stores match it: each root and version joined by a unit separator."""
+    return [f"{root}\x1f{version}" for root, alike in versions.items() for version in alike]
 
 
 def check_limit(limit: int | None) -> None:

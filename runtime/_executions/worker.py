@@ -93,6 +93,12 @@ class ExecutionWorker:
             raise ConfigurationError("A worker needs runners (--app module:attr): it only takes their executions.")
         self.store = store
         self.runners: list[Runner] = list(runners)
+        self._roots = [runner.root_path for runner in self.runners]
+        # A run that started on a version is taken only by a worker with that version: during a
+        # deploy, old and new workers each take their own runs.
+        self._versions: dict[str, list[str]] = {}
+        for runner in self.runners:
+            self._versions.setdefault(runner.root_path, []).extend([runner.version] if runner.version else [])
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
@@ -164,7 +170,7 @@ class ExecutionWorker:
             if free <= 0:
                 return 0
             leases = await self.store.take_work(owner=self.name, lease_seconds=self.lease_seconds, limit=free,
-                                                roots=[r.root_path for r in self.runners])
+                                                roots=self._roots, versions=self._versions)
             if self.notify and (self._listener is None or self._listener.closed):
                 await self._listen()  # the server restarted, say: notifications again
         except StoreError as exc:  # the database is away: try again at the next poll
@@ -192,7 +198,7 @@ class ExecutionWorker:
             if self.on_result is not None:
                 self.on_result(result)
         except ConfigurationError as exc:
-            # Another version, or a definition its journal does not fit: a worker with its code takes it.
+            # A definition its journal does not fit (of its version): a worker with its code takes it.
             log.warning("worker %s leaves %s to a worker with its code (its lease lapses in %g s): %s",
                         self.name, lease.execution_id, self.lease_seconds, exc)
         except Exception:

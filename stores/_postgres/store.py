@@ -47,12 +47,12 @@ from .._models import (
     PendingInterrupt,
     StartResult,
 )
-from .._protocol import SCHEMA_VERSION, check_limit
+from .._protocol import SCHEMA_VERSION, check_limit, version_pairs
 from .pool import ConnectionPool, connect_detached, finish_detached
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
     from datetime import datetime
 
     import asyncpg
@@ -402,7 +402,8 @@ class PostgresStore(DriverStore):
         return StartResult(execution=existing, created=False)
 
     async def take_work(
-        self, *, owner: str, lease_seconds: float, limit: int, roots: Sequence[str] | None = None
+        self, *, owner: str, lease_seconds: float, limit: int, roots: Sequence[str] | None = None,
+        versions: Mapping[str, Sequence[str]] | None = None,
     ) -> list[Lease]:
         check_limit(limit)
         # SKIP LOCKED: concurrent workers each take different rows instead of queueing on one.
@@ -412,6 +413,7 @@ class PostgresStore(DriverStore):
                 WHERE ((status IN ('queued', 'paused', 'decided') AND wake_at <= now())
                     OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= now())))
                   AND ($4::text[] IS NULL OR root_path = ANY($4::text[]))
+                  AND ($5::text[] IS NULL OR version = '' OR root_path || chr(31) || version = ANY($5::text[]))
                 ORDER BY coalesce(wake_at, lease_expires_at)
                 LIMIT $3 FOR UPDATE SKIP LOCKED
             )
@@ -420,7 +422,8 @@ class PostgresStore(DriverStore):
                 lease_epoch = e.lease_epoch + 1, status = 'running', wake_at = NULL, updated_at = now()
             FROM ready WHERE e.id = ready.id
             RETURNING e.id, e.lease_epoch, e.lease_expires_at""",
-            owner, float(lease_seconds), limit, None if roots is None else list(roots), write=True,
+            owner, float(lease_seconds), limit, None if roots is None else list(roots),
+            None if versions is None else version_pairs(versions), write=True,
         )
         return [Lease(execution_id=r["id"], owner=owner, epoch=r["lease_epoch"], expires_at=r["lease_expires_at"])
                 for r in rows]

@@ -50,7 +50,7 @@ from .._models import (
     PendingInterrupt,
     StartResult,
 )
-from .._protocol import check_limit
+from .._protocol import check_limit, version_pairs
 from . import _aiosqlite
 from .check import find_problems
 from .errors import DAMAGE_HINT, map_errors, missing_store, refused
@@ -69,7 +69,7 @@ from .rows import (
 from .writes import GroupCommit, Synchronous, WritePolicy
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
     from datetime import datetime
 
     import aiosqlite
@@ -343,10 +343,12 @@ class SQLiteStore(DriverStore):
         return await self._write(fn)
 
     async def take_work(
-        self, *, owner: str, lease_seconds: float, limit: int, roots: Sequence[str] | None = None
+        self, *, owner: str, lease_seconds: float, limit: int, roots: Sequence[str] | None = None,
+        versions: Mapping[str, Sequence[str]] | None = None,
     ) -> list[Lease]:
         check_limit(limit)
         root_list = None if roots is None else _json.dumps(list(roots))
+        pairs = None if versions is None else _json.dumps(version_pairs(versions))
 
         def fn(db: sqlite3.Connection, now: int) -> list[Lease]:
             # BEGIN IMMEDIATE already excludes every other writer, so no row-level locking is needed.
@@ -358,9 +360,11 @@ class SQLiteStore(DriverStore):
                 "  WHERE ((status IN ('queued', 'paused', 'decided') AND wake_at <= ?) "
                 "     OR (status = 'running' AND coalesce(lease_expires_at, 0) <= ?)) "
                 "    AND (? IS NULL OR root_path IN (SELECT value FROM json_each(?))) "
+                "    AND (? IS NULL OR version = '' "
+                "         OR root_path || char(31) || version IN (SELECT value FROM json_each(?))) "
                 "  ORDER BY coalesce(wake_at, lease_expires_at, 0) LIMIT ?) "
                 "RETURNING id, lease_epoch",
-                (owner, expires, now, now, now, root_list, root_list, limit),
+                (owner, expires, now, now, now, root_list, root_list, pairs, pairs, limit),
             ).fetchall()
             return [Lease(execution_id=r[0], owner=owner, epoch=r[1], expires_at=from_us(expires)) for r in rows]
 

@@ -569,6 +569,16 @@ async def test_idempotency_first_record_wins(store: Store) -> None:
 # -- maintenance ---------------------------------------------------------------
 
 
+async def test_take_work_gives_a_versioned_run_only_to_a_worker_with_its_version(store: Store) -> None:
+    for execution_id, version in (("v1", "1"), ("v2", "2"), ("none", "")):
+        await store.enqueue_execution(new(execution_id).model_copy(update={"version": version}))
+    leases = await store.take_work(owner=OWNER, lease_seconds=60, limit=10, roots=["chain:refund"],
+                                   versions={"chain:refund": ["2"]})
+    assert sorted(lease.execution_id for lease in leases) == ["none", "v2"]
+    rest = await store.take_work(owner=OWNER, lease_seconds=60, limit=10, roots=["chain:refund"])
+    assert [lease.execution_id for lease in rest] == ["v1"]  # without versions: any
+
+
 async def test_list_idempotent_gives_an_executions_records_only(store: Store) -> None:
     lease, other = await started(store), await started(store)
     await store.put_idempotent(lease, "k2", {"v": 2})
