@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import getpass
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -167,7 +166,7 @@ class Loaded:
     """Results of durable steps per unhandled inbox seq: step key -> result."""
     finished: tuple[bool, Any] = (False, None)
     """Whether an execution's root finished, and with what output."""
-    suspended: dict[int, list[str]] = dataclasses.field(default_factory=dict)
+    suspended: dict[int, list[str]] = field(default_factory=dict)
     """The call paths each unhandled inbox seq suspended at, decided or not, in journal order."""
 
 

@@ -79,7 +79,7 @@ def _begun_before(step: Step, segment: str) -> bool:
         replayed += sum(count for path, count in scope.taken.items() if _within(path, inside))
     for key in step.recorded:
         where, _, rest = key.partition("|")
-        if rest.startswith("patched|") or not (not segment or _within(where, segment)):
+        if rest.startswith("patched|") or (segment and not _within(where, segment)):
             continue  # another check's answer is not progress; another call's steps are its own
         journaled += 1
         replayed += key in step.replayed

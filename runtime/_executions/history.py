@@ -27,7 +27,6 @@ from tether.stores import (
     ConfigurationError,
     ExecutionNotFound,
     JournalEntry,
-    NewEntry,
     NewExecution,
     StoreError,
 )
@@ -169,8 +168,7 @@ async def fork(
     # inside them still points at the entry it meant.
     kept = [entry.model_copy(update={"execution_id": new_execution_id}) for entry in journal[:cut]]
     if update is not _UNSET:
-        kept[-1] = kept[-1].model_copy(update={"payload": _updated(journal, journal[cut - 1], update,
-                                                                   execution_id).payload})
+        kept[-1] = _updated(kept, kept[-1], update, execution_id)
     lineage: dict[str, JsonValue] = {"from": execution_id, "at": journal[cut - 1].seq, "label": journal[cut - 1].label,
                "updated": update is not _UNSET, "effects": effects}
     # Made in two steps, SIGKILL-safe: the row first, under a version no runner has (nothing
@@ -255,7 +253,8 @@ def _boundary(journal: list[JournalEntry], at: int | str, execution_id: str) -> 
     )
 
 
-def _updated(journal: list[JournalEntry], entry: JournalEntry, update: JsonValue, execution_id: str) -> NewEntry:
+def _updated(journal: list[JournalEntry], entry: JournalEntry, update: JsonValue, execution_id: str) -> JournalEntry:
+    """``entry`` holding ``update`` instead: a step's result, or a decision (checked as one)."""
     payload: Any = entry.payload
     if isinstance(payload, dict) and "step" in payload:
         changed = {**payload, "result": update}
@@ -275,4 +274,4 @@ def _updated(journal: list[JournalEntry], entry: JournalEntry, update: JsonValue
             f"Boundary {entry.seq} ({entry.path}/{entry.label}) of {execution_id!r} holds no result or decision "
             f"to update: fork at a step (a node, a turn, a tool call) or a decision, or leave update out."
         )
-    return NewEntry(path=entry.path, label=entry.label, kind=entry.kind, payload=changed)
+    return entry.model_copy(update={"payload": changed})

@@ -86,9 +86,10 @@ class Migration:
                 touched += 1
                 self.journal[index] = changed
         for index, row in enumerate(self.pending):
-            if renaming.text(row.agent_path) != row.agent_path:
+            moved = renaming.text(row.agent_path)
+            if moved != row.agent_path:
                 touched += 1
-                self.pending[index] = row.model_copy(update={"agent_path": renaming.text(row.agent_path)})
+                self.pending[index] = row.model_copy(update={"agent_path": moved})
         self.changes.append(f"renamed {old} to {new} ({touched} entries)")
 
     def drop(self, segment: str) -> None:
@@ -105,7 +106,7 @@ class Migration:
         _segment(segment)
 
         def under(path: str) -> bool:
-            return any(_renamed(part, segment, "") != part for part in path.split("/"))
+            return any(_names(part, segment) for part in path.split("/"))
 
         kept = [entry for entry in self.journal if not _holds(entry, under)]
         dropped = len(self.journal) - len(kept)
@@ -123,8 +124,7 @@ class Migration:
         """
         index = _boundary(self.journal, at, self.execution.execution_id) - 1
         entry = self.journal[index]
-        updated = _updated(self.journal, entry, result, self.execution.execution_id)
-        self.journal[index] = entry.model_copy(update={"payload": updated.payload})
+        self.journal[index] = _updated(self.journal, entry, result, self.execution.execution_id)
         self.changes.append(f"replaced the result at {entry.seq} ({entry.path}/{entry.label})")
 
 
@@ -284,14 +284,14 @@ def _segment(segment: str) -> tuple[str, str]:
     return kind, name
 
 
+def _names(part: str, segment: str) -> bool:
+    """Whether a path segment is ``segment``, as a call of it (``tool:x#2``, ``tool:x[1]``) or itself."""
+    return part == segment or part.startswith((segment + "#", segment + "["))
+
+
 def _renamed(part: str, old: str, new: str) -> str:
-    """A segment (``tool:x``, ``tool:x#2``, ``tool:x[1]``) with its name changed, when it is ``old``."""
-    if part == old:
-        return new
-    for mark in ("#", "["):
-        if part.startswith(old + mark):
-            return new + part[len(old):]
-    return part
+    """A segment with its name changed, when it is ``old`` (its call's number kept)."""
+    return new + part[len(old):] if _names(part, old) else part
 
 
 @dataclass(frozen=True)

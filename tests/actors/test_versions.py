@@ -88,11 +88,7 @@ async def test_a_process_without_its_version_refuses_it_and_names_the_change(sto
 
 async def test_a_migration_moves_a_paused_run_once_and_it_completes_on_the_new_version(store: Store) -> None:
     await paused_on_v1(store, "old")
-    target = v2(store)
-
-    @target.migrate(from_version="1")
-    def approve_is_now_sign_off(run: Migration) -> None:
-        run.rename("node:approve", "node:sign_off")
+    target = with_migration(store)
 
     before = await store.read_journal("old")
     preview = await migrate(store, "old", target, dry_run=True)
@@ -125,17 +121,22 @@ def with_migration(store: Store) -> Chain:
     return target
 
 
+def migrated_before_next(store: Store, method: str, target: Chain) -> None:
+    """The store's next ``method`` call is preceded by a migration of "old" to ``target`` (once)."""
+    original = getattr(store, method)
+
+    async def migrated_first(*args: Any, **kwargs: Any) -> Any:
+        setattr(store, method, original)
+        await migrate(store, "old", target)
+        return await original(*args, **kwargs)
+
+    setattr(store, method, migrated_first)
+
+
 async def test_a_migration_between_a_resumes_check_and_its_lease_is_caught(store: Store) -> None:
     await paused_on_v1(store, "old")
     target = with_migration(store)
-    claim = store.claim
-
-    async def migrated_first(*args: Any, **kwargs: Any) -> Any:
-        store.claim = claim  # type: ignore[method-assign]
-        await migrate(store, "old", target)  # an operator, between the v1 process's check and its claim
-        return await claim(*args, **kwargs)
-
-    store.claim = migrated_first  # type: ignore[method-assign]
+    migrated_before_next(store, "claim", target)  # an operator, between the v1 process's check and its claim
     with pytest.raises(ConfigurationError, match=r"is on version '2'.*decisions stay recorded"):
         await v1(store).resume("old", Resume(approved=True))
     execution = await store.get_execution("old")
@@ -147,14 +148,7 @@ async def test_a_migration_between_a_resumes_check_and_its_lease_is_caught(store
 async def test_a_run_that_changes_while_it_is_migrated_is_not_migrated_twice(store: Store) -> None:
     await paused_on_v1(store, "old")
     target = with_migration(store)
-    acquire = store.acquire_lease
-
-    async def another_migration_first(*args: Any, **kwargs: Any) -> Any:
-        store.acquire_lease = acquire  # type: ignore[method-assign]
-        await migrate(store, "old", target)
-        return await acquire(*args, **kwargs)
-
-    store.acquire_lease = another_migration_first  # type: ignore[method-assign]
+    migrated_before_next(store, "acquire_lease", target)  # another migration, between this one's read and lease
     with pytest.raises(ConfigurationError, match="changed while it was being migrated"):
         await migrate(store, "old", target)
     journal = await store.read_journal("old")
