@@ -31,7 +31,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from pydantic import BaseModel, JsonValue
-from tether.runtime import Actor, Runner, Start, call_scope
+from tether.runtime import Actor, NodeStarted, Runner, Start, call_scope, emit
 from tether.stores import ConfigurationError, JournalEntry, Store
 
 from ._control import settled
@@ -331,6 +331,7 @@ class _ChainActor(Actor[BaseModel]):
     async def _call(self, node: str, state: dict[str, Any]) -> Any:
         fn = self.chain._nodes[node]
         view = self._view(state)
+        emit(NodeStarted, node=node)
         if self.chain._async[node]:
             update = await fn(view)
         else:

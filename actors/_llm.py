@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
 
-from tether.stores import UsageError
+import anyio.lowlevel
+from tether.runtime import TokenDelta, emit, following
+from tether.stores import ConfigurationError, UsageError
 
 from ._messages import AssistantMessage, Message, ToolCall, ToolSpec
 
@@ -62,6 +64,8 @@ class ScriptedLLM:
         script: The turns in order (``"text"``, ``ToolCall(...)``, a list of
             calls, an `AssistantMessage`), or a function of the conversation
             returning the next turn.
+        chunk: While someone follows the run (``agent.stream``, `tether.runtime.events`),
+            a reply's text streams to them as live tokens of this many characters.
 
     Example:
         ```python
@@ -72,8 +76,11 @@ class ScriptedLLM:
         ```
     """
 
-    def __init__(self, script: Sequence[Turn] | Callable[[list[Message]], Turn]) -> None:
+    def __init__(self, script: Sequence[Turn] | Callable[[list[Message]], Turn], *, chunk: int = 4) -> None:
+        if chunk < 1:
+            raise ConfigurationError(f"chunk={chunk}: stream replies in pieces of at least one character.")
         self.script = script
+        self.chunk = chunk
         self.requests: list[LLMRequest] = []
 
     @property
@@ -83,15 +90,25 @@ class ScriptedLLM:
 
     async def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> AssistantMessage:
         self.requests.append(LLMRequest(list(messages), list(tools)))
+        reply = as_message(self._turn(list(messages)))
+        if reply.content and following():
+            # Streamed as a model would, in pieces of `chunk` characters, each its own
+            # scheduling point: followers see the tokens before the journaled turn.
+            for start in range(0, len(reply.content), self.chunk):
+                emit(TokenDelta, text=reply.content[start:start + self.chunk])
+                await anyio.lowlevel.checkpoint()
+        return reply
+
+    def _turn(self, messages: list[Message]) -> Turn:
         if callable(self.script):
-            return as_message(self.script(list(messages)))
+            return self.script(messages)
         index = sum(1 for m in messages if isinstance(m, AssistantMessage))
         if index >= len(self.script):
             raise ScriptExhausted(
                 f"The script has {len(self.script)} turns and was asked for turn {index + 1}. "
                 f"End it with a final answer (a string) or raise the agent's max_turns."
             )
-        return as_message(self.script[index])
+        return self.script[index]
 
 
 def as_message(turn: Turn) -> AssistantMessage:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic import BaseModel, ValidationError
-from tether.runtime import TetherError, call_scope
+from tether.runtime import TetherError, ToolCalled, call_scope, emit
 from tether.stores import ConfigurationError
 
 from ._control import is_control, settled
@@ -258,6 +258,7 @@ class TurnLoop:
         assert call.id is not None
         tools = self.agent.tools
         tool = tools.get(call.name)
+        emit(ToolCalled, tool=call.name, arguments=call.arguments)
         try:
             if tool is None:
                 offered = ", ".join(sorted([*tools, *self.handoffs, *self.workers])) or "none"

@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import os
 import random
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
+from tether.runtime import TokenDelta, emit
 from tether.stores import ConfigurationError, TetherError
 
 from ._messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, ToolSpec, UserMessage
@@ -45,6 +47,17 @@ class OpenAIChatLLM:
     Use ``async with`` to keep one connection pool across calls; without it,
     each call opens and closes its own.
 
+    With ``stream=True`` the request asks for server-sent events, and each piece
+    of the reply's text is published as a live `TokenDelta` to whoever follows
+    the run (``agent.stream``, `tether.runtime.events`) as it arrives; tool calls
+    are put together from their pieces. The reply returned (and journaled) is
+    the same message a non-streamed call returns, its text the concatenation of
+    the tokens. Failures before the body starts are retried as above; so is a
+    transport error in the middle of the stream, or a stream that ends with
+    neither ``data: [DONE]`` nor a ``finish_reason``: the whole request is sent
+    again. The live tokens of a failed attempt were already sent (a follower may
+    see a reply start twice); the journal holds only the final attempt's message.
+
     Args:
         model: The model name sent with each request.
         base_url: The API root, up to and including ``/v1``.
@@ -52,6 +65,7 @@ class OpenAIChatLLM:
         timeout: httpx's timeout for each phase of an attempt (connect, each read, write, pool).
         max_retries: Attempts after the first.
         backoff: The first retry's delay in seconds; each next one doubles, to at most 30.
+        stream: Stream the reply (server-sent events), publishing its text as live tokens.
         params: More fields for the request body (``temperature=0``).
 
     Example:
@@ -71,6 +85,7 @@ class OpenAIChatLLM:
         timeout: float = 60.0,
         max_retries: int = 3,
         backoff: float = 0.5,
+        stream: bool = False,
         **params: JsonValue,
     ) -> None:
         self.model = model
@@ -81,6 +96,7 @@ class OpenAIChatLLM:
             raise ConfigurationError(f"max_retries={max_retries} and timeout={timeout} must be 0 or more, and positive.")
         self.max_retries = max_retries
         self.backoff = backoff
+        self.stream = stream
         self.params = params
         self._client: httpx.AsyncClient | None = None
 
@@ -112,10 +128,17 @@ class OpenAIChatLLM:
                  "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
                 for t in tools
             ]
+        if self.stream:
+            body["stream"] = True
         if self._client is not None:
-            return _reply(await self._post(self._client, body))
+            return await self._ask(self._client, body)
         async with self._new_client() as client:
-            return _reply(await self._post(client, body))
+            return await self._ask(client, body)
+
+    async def _ask(self, client: httpx.AsyncClient, body: dict[str, Any]) -> AssistantMessage:
+        if self.stream:
+            return await self._post_streamed(client, body)
+        return _reply(await self._post(client, body))
 
     async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> Any:
         import httpx
@@ -130,19 +153,102 @@ class OpenAIChatLLM:
                 await anyio.sleep(self._delay(attempt, None))
                 continue
             if response.status_code == 200:
-                try:
-                    return response.json()
-                except ValueError as exc:
-                    raise LLMError(f"{self!r} answered 200 with a body that is not JSON: {response.text[:500]}",
-                                   status=200) from exc
-            retried = response.status_code in RETRIED_STATUSES or response.status_code >= 500
-            if not retried or last:
-                raise LLMError(
-                    f"{self!r} answered {response.status_code} (attempt {attempt + 1}): {response.text[:500]}",
-                    status=response.status_code,
-                )
+                return self._json(response)
+            self._refuse(response, attempt, last)
             await anyio.sleep(self._delay(attempt, response.headers.get("retry-after")))
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _post_streamed(self, client: httpx.AsyncClient, body: dict[str, Any]) -> AssistantMessage:
+        """`_post` for ``stream=True``: the whole request is the unit of retry, the stream included."""
+        import httpx
+
+        for attempt in range(self.max_retries + 1):
+            last = attempt == self.max_retries
+            retry_after: str | None = None
+            try:
+                async with client.stream("POST", "/chat/completions", json=body) as response:
+                    if response.status_code == 200:
+                        return await self._read_stream(response)
+                    await response.aread()
+                    self._refuse(response, attempt, last)
+                    retry_after = response.headers.get("retry-after")
+            except (httpx.TransportError, IncompleteStream) as exc:
+                if last:
+                    raise LLMError(f"{self!r}: {type(exc).__name__} after {attempt + 1} attempts: {exc}") from exc
+            await anyio.sleep(self._delay(attempt, retry_after))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _read_stream(self, response: httpx.Response) -> AssistantMessage:
+        """The reply in a 200 answer's server-sent events, each piece of text emitted as it comes."""
+        import httpx
+
+        if not response.headers.get("content-type", "").lower().startswith("text/event-stream"):
+            # A server that does not stream answers with the whole completion.
+            await response.aread()
+            reply = _reply(self._json(response))
+            if reply.content:
+                emit(TokenDelta, text=reply.content)
+            return reply
+        parts = _Parts()
+        failure: LLMError | None = None
+        data: list[str] = []  # the data lines of the event being read
+        try:
+            # The body is read to its end even after [DONE] or a failure, never left midway:
+            # the connection can go back to the pool, and httpx's nested generators finish.
+            async for line in response.aiter_lines():
+                if parts.done or failure is not None:
+                    continue
+                if line.startswith("data:"):
+                    data.append(line[5:].removeprefix(" "))
+                elif not line and data:  # a blank line ends an event
+                    failure = self._add_event(parts, "\n".join(data))
+                    data.clear()
+                # else a comment (":"), another field (event:, id:, retry:), or a blank line between events
+            if data and not parts.done and failure is None:
+                failure = self._add_event(parts, "\n".join(data))  # the last event, with no blank line after it
+        except httpx.TransportError:
+            if failure is None and not (parts.done or parts.finished):
+                raise
+            # else the reply was whole (or refused) already
+        if failure is not None:
+            raise failure
+        if not (parts.done or parts.finished):
+            raise IncompleteStream("the stream ended with neither data: [DONE] nor a finish_reason")
+        return parts.message()
+
+    def _add_event(self, parts: _Parts, data: str) -> LLMError | None:
+        """Add one event's data to the reply; the error to raise if it is one."""
+        if data.strip() == "[DONE]":
+            parts.done = True
+            return None
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            return LLMError(f"{self!r} streamed an event that is not JSON: {data[:500]}", status=200)
+        if isinstance(chunk, dict) and chunk.get("error"):
+            return LLMError(f"{self!r} streamed an error: {json.dumps(chunk['error'])[:500]}", status=200)
+        try:
+            parts.add(chunk)
+        except (AttributeError, TypeError, KeyError):
+            return LLMError(f"{self!r} streamed a chunk that is not a chat-completion chunk: {data[:500]}",
+                            status=200)
+        return None
+
+    def _json(self, response: httpx.Response) -> Any:
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise LLMError(f"{self!r} answered 200 with a body that is not JSON: {response.text[:500]}",
+                           status=200) from exc
+
+    def _refuse(self, response: httpx.Response, attempt: int, last: bool) -> None:
+        """Raise `LLMError` for an error answer, unless it is retried and retries remain."""
+        retried = response.status_code in RETRIED_STATUSES or response.status_code >= 500
+        if not retried or last:
+            raise LLMError(
+                f"{self!r} answered {response.status_code} (attempt {attempt + 1}): {response.text[:500]}",
+                status=response.status_code,
+            )
 
     def _delay(self, attempt: int, retry_after: str | None) -> float:
         if retry_after is not None:
@@ -180,11 +286,66 @@ def _reply(data: Any) -> AssistantMessage:
     calls = []
     for call in message.get("tool_calls") or []:
         function = call.get("function", {})
-        raw = function.get("arguments") or "{}"
-        try:
-            arguments = json.loads(raw)
-        except json.JSONDecodeError:
-            arguments = raw
-        calls.append(ToolCall(function.get("name", ""), arguments if isinstance(arguments, dict) else raw,
-                              id=call.get("id")))
+        calls.append(_call(function.get("name", ""), function.get("arguments"), call.get("id")))
     return AssistantMessage(content=message.get("content"), tool_calls=calls)
+
+
+def _call(name: str, raw: str | None, call_id: str | None) -> ToolCall:
+    """A tool call, its arguments a dict when they are a JSON object, else the text the model sent."""
+    raw = raw or "{}"
+    try:
+        arguments = json.loads(raw)
+    except json.JSONDecodeError:
+        arguments = raw
+    return ToolCall(name, arguments if isinstance(arguments, dict) else raw, id=call_id)
+
+
+class IncompleteStream(Exception):
+    """A streamed answer ended early: retried as a transport error is."""
+
+
+@dataclass
+class _CallParts:
+    id: str | None = None
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Parts:
+    """A streamed reply, put together from its chunks (``choices[0].delta``)."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, _CallParts] = field(default_factory=dict)
+    finished: bool = False
+    """A ``finish_reason`` came: the reply is whole even if ``[DONE]`` does not."""
+    done: bool = False
+    """``data: [DONE]`` came."""
+
+    def add(self, chunk: Any) -> None:
+        choices = chunk.get("choices") if isinstance(chunk, dict) else None
+        for choice in choices or []:  # a usage chunk has none
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            piece = delta.get("content")
+            if isinstance(piece, str) and piece:
+                self.text.append(piece)
+                emit(TokenDelta, text=piece)
+            for position, call in enumerate(delta.get("tool_calls") or []):
+                if not isinstance(call, dict):
+                    continue
+                parts = self.calls.setdefault(call.get("index", position), _CallParts())
+                function = call.get("function") or {}
+                # The id and name come with a call's first piece; some servers repeat them.
+                parts.id = parts.id or call.get("id")
+                parts.name = parts.name or function.get("name") or ""
+                if function.get("arguments"):
+                    parts.arguments.append(function["arguments"])
+            if choice.get("finish_reason"):
+                self.finished = True
+
+    def message(self) -> AssistantMessage:
+        calls = [_call(parts.name, "".join(parts.arguments), parts.id)
+                 for _, parts in sorted(self.calls.items())]
+        return AssistantMessage(content="".join(self.text) or None, tool_calls=calls)

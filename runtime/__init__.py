@@ -66,6 +66,32 @@ from ._core.errors import (
     ActorStopped as ActorStopped,
     SupervisionEscalated as SupervisionEscalated,
 )
+from ._core.events import (
+    Checkpoint as Checkpoint,
+    Delegation as Delegation,
+    Dropped as Dropped,
+    Event as Event,
+    ExecutionCancelled as ExecutionCancelled,
+    ExecutionCompleted as ExecutionCompleted,
+    ExecutionFailed as ExecutionFailed,
+    ExecutionPaused as ExecutionPaused,
+    ExecutionResumed as ExecutionResumed,
+    ExecutionStarted as ExecutionStarted,
+    Handoff as Handoff,
+    Interrupted as Interrupted,
+    LLMTurn as LLMTurn,
+    MessageAccepted as MessageAccepted,
+    MessageHandled as MessageHandled,
+    NodeFinished as NodeFinished,
+    NodeStarted as NodeStarted,
+    Reply as Reply,
+    Sleeping as Sleeping,
+    TokenDelta as TokenDelta,
+    ToolCalled as ToolCalled,
+    ToolResult as ToolResult,
+    emit as emit,
+    following as following,
+)
 from ._core.execution import RunResult as RunResult, Start as Start
 from ._core.idempotent import idempotency_key as idempotency_key, idempotent as idempotent
 from ._core.interrupt import (
@@ -89,6 +115,7 @@ from ._executions.migration import (
 from ._executions.runner import Runner as Runner
 from ._executions.runtime import Runtime as Runtime
 from ._executions.service import Executions as Executions
+from ._executions.stream import EventStream as EventStream, events as events
 from ._executions.worker import ExecutionWorker as ExecutionWorker, serve_executions as serve_executions
 
 __all__ = (
@@ -100,19 +127,38 @@ __all__ = (
     "ActorStopped",
     "AlreadyResumed",
     "Boundary",
+    "Checkpoint",
     "ConfigurationError",
+    "Delegation",
+    "Dropped",
     "DuplicateInterrupt",
+    "Event",
+    "EventStream",
+    "ExecutionCancelled",
+    "ExecutionCompleted",
+    "ExecutionFailed",
     "ExecutionFinished",
     "ExecutionNotFound",
+    "ExecutionPaused",
+    "ExecutionResumed",
+    "ExecutionStarted",
     "ExecutionWorker",
     "Executions",
+    "Handoff",
+    "Interrupted",
+    "LLMTurn",
     "LeaseHeld",
+    "MessageAccepted",
+    "MessageHandled",
     "Migrated",
     "Migration",
     "MigrationFailed",
     "NoPendingInterrupt",
     "NoState",
+    "NodeFinished",
+    "NodeStarted",
     "PendingInterrupt",
+    "Reply",
     "RestartPolicy",
     "Resume",
     "RunResult",
@@ -120,6 +166,7 @@ __all__ = (
     "Runtime",
     "SchemaVersionError",
     "SerializationError",
+    "Sleeping",
     "StaleLease",
     "Start",
     "StoreCorrupted",
@@ -130,9 +177,14 @@ __all__ = (
     "SupervisionStrategy",
     "Suspension",
     "TetherError",
+    "TokenDelta",
+    "ToolCalled",
+    "ToolResult",
     "UsageError",
-    "__version__",
     "call_scope",
+    "emit",
+    "events",
+    "following",
     "fork",
     "history",
     "idempotency_key",
@@ -143,6 +195,7 @@ __all__ = (
     "serve_executions",
     "sleep",
     "sleep_until",
+    "__version__",
 )
 
 # Public names say where users import them from (in reprs, in docs, and in the decision

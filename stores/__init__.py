@@ -46,6 +46,7 @@ from ._postgres import PostgresStore as PostgresStore
 from ._protocol import SCHEMA_VERSION as SCHEMA_VERSION, Listener as Listener, Store as Store
 from ._sqlite import SQLiteStore as SQLiteStore
 from ._url import open_store as open_store
+from ._watch import JournalWatch as JournalWatch
 
 __all__ = (
     "SCHEMA_VERSION",
@@ -59,6 +60,7 @@ __all__ = (
     "ExecutionStatus",
     "IdempotencyRecord",
     "JournalEntry",
+    "JournalWatch",
     "Json",
     "Lease",
     "LeaseHeld",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -38,8 +39,11 @@ from ._protocol import Store, check_limit
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from contextlib import AbstractAsyncContextManager
 
     from pydantic import JsonValue
+
+    from ._watch import Check
 
 
 def _ts(value: float) -> datetime:
@@ -82,6 +86,9 @@ class MemoryStore(Store):
     async def aclose(self) -> None:
         self._closed = True
 
+    def _change_source(self, execution_id: str) -> AbstractAsyncContextManager[tuple[Check | None, float]]:
+        return contextlib.nullcontext((None, 0.0))  # one process: every write is this object's
+
     async def _enter(self) -> None:
         await anyio.lowlevel.checkpoint()
         if self._closed:
@@ -103,13 +110,14 @@ class MemoryStore(Store):
             raise StaleLease(lease.execution_id, lease.epoch)
         return run
 
-    @staticmethod
-    def _add_entries(run: _Run, rows: list[tuple[str, str, str, str]], now: float) -> list[int]:
+    def _add_entries(self, run: _Run, rows: list[tuple[str, str, str, str]], now: float) -> list[int]:
         seqs = []
         for path, label, kind, payload in rows:
             run.journal.append((run.next_seq, path, label, kind, payload, now))
             seqs.append(run.next_seq)
             run.next_seq += 1
+        if seqs:
+            self._journal_grew(run.execution.execution_id)
         return seqs
 
     # -- executions ----------------------------------------------------------
@@ -277,6 +285,7 @@ class MemoryStore(Store):
         run.pending = kept
         run.next_seq = max([run.next_seq, *(r[0] + 1 for r in rows)])
         self._update(run, version=version, fingerprint=fingerprint, updated_at=_ts(time.time()))
+        self._journal_grew(lease.execution_id)
 
     async def append(self, lease: Lease, entries: Sequence[NewEntry]) -> list[int]:
         rows = entry_rows(entries)

@@ -91,6 +91,10 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         # that names none); a run continues on its own version, or is migrated to another.
         "ALTER TABLE tether_executions ADD COLUMN version TEXT NOT NULL DEFAULT ''",
     ],
+    [
+        # Version 7 changes no table. An execution's verdict (paused, completed, failed,
+        # cancelled) is journaled with it, so its followers see it at its cursor.
+    ],
 ]
 
 POSTGRES_MIGRATIONS: list[list[str]] = [
@@ -176,5 +180,17 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
     [
         # Version 6: as for SQLite, the runner's version an execution started on.
         "ALTER TABLE tether_executions ADD COLUMN version text NOT NULL DEFAULT ''",
+    ],
+    [
+        # Version 7: followers of an execution (tether watch, the events API) LISTEN on
+        # tether_journal, which every journal entry notifies with its execution's id;
+        # Postgres folds the notifications of one transaction into one per execution.
+        """CREATE FUNCTION tether_notify_journal() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            PERFORM pg_notify('tether_journal', NEW.execution_id);
+            RETURN NULL;
+        END $$""",
+        """CREATE TRIGGER tether_journal AFTER INSERT ON tether_journal
+        FOR EACH ROW EXECUTE FUNCTION tether_notify_journal()""",
     ],
 ]

@@ -12,8 +12,8 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Protocol, Self
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
-    from contextlib import AbstractContextManager
+    from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+    from contextlib import AbstractAsyncContextManager, AbstractContextManager
     from datetime import datetime
     from types import TracebackType
 
@@ -33,8 +33,9 @@ if TYPE_CHECKING:
     )
 
 from ._errors import ConfigurationError
+from ._watch import Check, JournalWatch, Watchers
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The schema version this release writes; `setup()` migrates older databases to it."""
 
 
@@ -384,6 +385,55 @@ class Store(ABC):
         """
         return None
 
+    # -- followers -----------------------------------------------------------
+
+    _watchers: Watchers | None = None
+
+    @contextlib.asynccontextmanager
+    async def watch(self, execution_id: str) -> AsyncIterator[JournalWatch]:
+        """Be woken when the journal of ``execution_id`` may have grown, while the block runs.
+
+        Whoever wrote it: this store object (at once), another process or machine
+        (Postgres: ``LISTEN``, no polling; SQLite: a ``PRAGMA data_version`` check
+        every few milliseconds, one tiny query, never a busy loop). Open the watch,
+        then read the journal after your cursor, then ``await watch.wait()`` and read
+        again: nothing committed after the watch opened can be missed. A wake may be
+        spurious (another execution's write, on SQLite); the read after it then
+        finds nothing.
+
+        Example:
+            ```python
+            async with store.watch(execution_id) as watch:
+                while True:
+                    for entry in await store.read_journal(execution_id, after_seq=seen):
+                        seen = entry.seq
+                        print(entry.label)
+                    await watch.wait()
+            ```
+        """
+        async with self._change_source(execution_id) as (check, interval):
+            watch = JournalWatch(execution_id, check, interval)
+            if self._watchers is None:
+                self._watchers = Watchers()
+            self._watchers.add(watch)
+            try:
+                yield watch
+            finally:
+                self._watchers.discard(watch)
+
+    def _change_source(self, execution_id: str) -> AbstractAsyncContextManager[tuple[Check | None, float]]:
+        """How a watch learns of other writers: a periodic check and its interval (None: it need not).
+
+        A store that does not say is re-read every half second by its followers.
+        """
+        return contextlib.nullcontext((_always, 0.5))
+
+    def _journal_grew(self, execution_id: str) -> None:
+        """Wake this store's watches of ``execution_id``: call after a commit that appended to its journal."""
+        watchers = self._watchers
+        if watchers:
+            watchers.poke(execution_id)
+
     def worker_slot(self) -> AbstractContextManager[None]:
         """Hold this process's place among the store's workers, for a ``with`` block.
 
@@ -414,3 +464,7 @@ def check_limit(limit: int | None) -> None:
     """Refuse a page size that the stores would read differently."""
     if limit is not None and limit < 0:
         raise ConfigurationError(f"limit={limit} is negative; pass a count of rows, or None for all.")
+
+
+async def _always() -> bool:
+    return True

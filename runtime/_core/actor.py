@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 from tether.stores import ConfigurationError, SerializationError, UsageError
 
+from .events import step_label
 from .idempotent import current_step
 from .policies import RestartPolicy, SupervisionStrategy
 from .ref import MsgT, MsgT_contra, ReplyT, ReplyT_co
@@ -130,10 +131,14 @@ class ActorContext:
         if key in step.recorded:
             step.replayed.add(key)
             return step.recorded[key]
-        if _is_async(fn):
-            result = await fn(*args)
-        else:
-            result = await anyio.to_thread.run_sync(fn, *args)
+        running = step_label.set(label)  # live events of this step are of it (see `emit`)
+        try:
+            if _is_async(fn):
+                result = await fn(*args)
+            else:
+                result = await anyio.to_thread.run_sync(fn, *args)
+        finally:
+            step_label.reset(running)
         try:
             result = to_jsonable_python(result)
         except PydanticSerializationError as exc:

@@ -124,6 +124,8 @@ class LeaseHolder:
         self.journal: list[JournalEntry] | None = journal
         """The execution's journal as read when its lease was taken, while nothing has been
         written since: the actors restoring then read it from here, not each from the store."""
+        self.suspended: list[str] = []
+        """The calls that suspended in this drive of the execution, in order: what its pause waits for."""
         self.reusing: bool = False
         """A fork that reuses the original's side effects: every call looks for a record,
         also in a message it handles for the first time (see `tether.runtime.fork`)."""
@@ -292,7 +294,10 @@ class ActorJournal:
             self.holder.wrote()
             await self.store.suspend(self.lease, entries, interrupt)
         except DuplicateInterrupt:
-            return  # still pending from before: handled again, it asks again for the same decision
+            # Still pending from before: handled again, it asks again for the same decision.
+            self.holder.suspended.append(path)
+            return
+        self.holder.suspended.append(path)
         self.hooks.faults.wrote(entries)
 
     async def record_step(self, inbox_seq: int | None, label: str, key: str, result: Any) -> None:

@@ -8,21 +8,25 @@ the worker know runners only through this class.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import warnings
 from typing import TYPE_CHECKING, Any, Literal
 
+import anyio
 from tether.runtime._core.actor import check_name
 from tether.stores import ConfigurationError, NewExecution
 
 from .history import _UNSET, Boundary, fork, history
 from .runtime import Runtime, check_runner
 from .service import Executions
+from .stream import EventStream, Until, events
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import AsyncIterator, Callable, Sequence
+    from contextlib import AbstractAsyncContextManager
 
     from pydantic import BaseModel, JsonValue
     from tether.runtime._core.actor import Actor
@@ -186,6 +190,53 @@ class Runner:
         actor = self._prepare()
         async with Runtime(self._store(), lease_seconds=self.lease_seconds) as rt:
             return self._typed(await rt.run(actor, data, execution_id=execution_id, name=self.name))
+
+    @contextlib.asynccontextmanager
+    async def stream(self, input: Any = None, *, execution_id: str) -> AsyncIterator[EventStream]:
+        """Run an execution here, as `run` does, and follow its events while it runs.
+
+        The block owns the run: leaving it waits for the run to return (to its end or
+        its first pause), and an error in the block cancels it (the run stays
+        recoverable). Iterating ends once the run returned and every event it
+        journaled was delivered; then ``stream.result`` is its `RunResult`. A run
+        that raises raises from the iteration, or from the block's end. An id that
+        exists already is run as `run` runs it, and its events come from the
+        beginning of its journal.
+
+        A follower that stops reading never slows the run: the journal waits in
+        the store, and live events (tokens) beyond a bounded buffer are dropped,
+        then counted by a `Dropped` event.
+
+        Example:
+            ```python
+            async with agent.stream("Refund order 7", execution_id="refund-7") as events:
+                async for event in events:
+                    if event.type == "token":
+                        print(event.text, end="")
+            print(events.result.status)
+            ```
+        """
+        data = self._input(input)
+        async with anyio.create_task_group() as tg, \
+                events(self._store(), execution_id, _must_exist=False) as followed:
+            async def run() -> None:
+                result, error = None, None
+                try:
+                    result = await self.run(data, execution_id=execution_id)
+                except Exception as exc:  # noqa: BLE001 - raised to the follower, or at the block's end
+                    error = exc
+                finally:
+                    followed._run_returned(result, error)
+
+            tg.start_soon(run)
+            yield followed
+        if followed._error is not None:
+            raise followed._error  # the block never iterated to it
+
+    def events(self, execution_id: str, *, after: int = 0, until: Until = "finished",
+               live: bool = True) -> AbstractAsyncContextManager[EventStream]:
+        """Follow an execution's events wherever it runs (see `tether.runtime.events`)."""
+        return events(self._store(), execution_id, after=after, until=until, live=live)
 
     async def start(self, input: Any = None, *, execution_id: str, detach: bool = True) -> RunResult:
         """Start an execution; with ``detach`` (the default), record it for a worker and return at once.

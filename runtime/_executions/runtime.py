@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 from tether.runtime._core.actor import check_name, segment
+from tether.runtime._core.events import verdict
 from tether.runtime._core.execution import ExecutionState, RunResult, Start
 from tether.runtime._core.hooks import Hooks, installed, wrapping
 from tether.runtime._core.journal import LeaseHolder
@@ -403,6 +404,7 @@ class Runtime:
         """
         assert self._root is not None
         assert self.store is not None
+        root_path = segment(getattr(factory, "kind", "actor"), name)
         state = ExecutionState(lease.execution_id, LeaseHolder(self.store, lease, journal))
         group = Group(self._root._tg, "", SupervisionStrategy.ONE_FOR_ONE, 0, 1.0, self._settings, state)
         try:
@@ -425,8 +427,9 @@ class Runtime:
                         if isinstance(exc, Exception) and not _outage(exc):
                             # It cannot even start (a state that no longer loads, say): a verdict,
                             # or workers would take it up again and again.
-                            await self.store.release_lease(state.holder.lease, status="failed",
-                                                           error=_describe(exc))
+                            error = _describe(exc)
+                            await self.store.release_lease(state.holder.lease, status="failed", error=error,
+                                                           entries=[verdict(root_path, "failed", error=error)])
                         else:
                             # Stopped from outside (a worker shutting down, the store away): hand
                             # the lease back, so another process continues from the journal at once.
@@ -459,14 +462,18 @@ class Runtime:
             # A verdict this process recorded is answered from what it recorded (the
             # output as the store gives it back: through JSON), not read back.
             if state.outcome == "completed":
-                await release(holder.lease, status="completed", result=state.output)
+                await release(holder.lease, status="completed", result=state.output,
+                              entries=[verdict(root_path, "completed", output=state.output)])
                 return RunResult(execution_id=execution_id, status="completed",
                                  output=json.loads(json.dumps(state.output)))
             if state.outcome == "paused":
-                await release(holder.lease, status="paused", wake_at=state.wake)
+                wake = None if state.wake is None else state.wake.isoformat()
+                await release(holder.lease, status="paused", wake_at=state.wake,
+                              entries=[verdict(root_path, "paused", pending=holder.suspended, wake_at=wake)])
             else:
                 error = _describe(state.error)
-                await release(holder.lease, status="failed", error=error)
+                await release(holder.lease, status="failed", error=error,
+                              entries=[verdict(root_path, "failed", error=error)])
                 return RunResult(execution_id=execution_id, status="failed", error=error)
         except StaleLease:
             pass  # taken over meanwhile: the other process decides the outcome

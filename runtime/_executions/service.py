@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
+from tether.runtime._core.events import verdict
 from tether.runtime._core.execution import RunResult
 from tether.runtime._core.hooks import Hooks, installed
 from tether.runtime._core.interrupt import Resume, loaded_model
@@ -166,9 +167,14 @@ class Executions:
             LeaseHeld: A live process is running it; cancel it there.
             ExecutionNotFound: No such execution.
         """
-        lease = await self.take_over(execution_id, f"{self.owner}/{tag()}", force=force)
+        execution = await self.store.get_execution(execution_id)
+        if execution is None:
+            raise ExecutionNotFound(execution_id)
+        lease = await self.take_over(execution_id, f"{self.owner}/{tag()}", root_path=execution.root_path,
+                                     force=force)
         if lease is not None:
-            await self.store.release_lease(lease, status="cancelled")
+            await self.store.release_lease(lease, status="cancelled",
+                                           entries=[verdict(execution.root_path, "cancelled")])
         return await self.result(execution_id)
 
     async def result(self, execution_id: str) -> RunResult:

@@ -4,6 +4,7 @@
     tether show refund-abc               # one execution: status, lease, journal timeline
     tether resume refund-abc --set approved=true --set metadata.approver=alice --app flows:runners
     tether recover refund-abc --app flows:runners     # continue a run whose process died
+    tether watch refund-abc              # follow it as it runs, until it ends or pauses
     tether serve --app flows:runners     # the HTTP API and the /approvals page
 
 ``--store`` (or ``TETHER_STORE``) names the store, before or after the command:
@@ -42,12 +43,14 @@ from tether.stores import (
     open_store,
 )
 
+from . import _watching
 from ._operator import Operator, Timeline, age, load_app, parse_assignments, parse_duration, summarize
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator, Sequence
 
     from tether.runtime._core.execution import RunResult
+    from tether.runtime._executions.stream import Until
     from tether.stores import Execution
 
     from ._operator import Decision
@@ -362,6 +365,31 @@ def recover(settings: Settings, execution_id: str, app: str, force: bool, as_jso
     """
     result = settings.run(lambda op: op.resume(execution_id, None, force=force), app)
     _print_result(settings, result, as_json)
+
+
+@cli.command()
+@click.argument("execution_id")
+@click.option("--after", default=0, show_default=True, metavar="CURSOR",
+              help="Only events after this cursor (the first column; 0: from the beginning).")
+@click.option("--through-pauses", is_flag=True, help="Keep following while it waits for a decision, to its end.")
+@click.option("--json", "as_json", is_flag=True, help="One event per line, as JSON.")
+@store_options
+@pass_settings
+def watch(settings: Settings, execution_id: str, after: int, through_pauses: bool, as_json: bool) -> None:
+    """Follow an execution as it runs, wherever it runs, until it ends or pauses.
+
+    Steps print as rows as they are journaled; a pause shows what it waits for and
+    how to decide it. Interrupt with Ctrl-C: the execution goes on; continue watching
+    later with --after and the last cursor printed.
+    """
+    out = _out()
+    until: Until = "finished" if through_pauses else "paused"
+    last = settings.run(lambda op: _watching.watch(op.store, execution_id, out, after=after, until=until,
+                                                   as_json=as_json))
+    if as_json or last is None or last.type != "execution_paused":
+        return
+    _say(_err(), f"Paused. Decide it with: {settings.hint(f'resume {shlex.quote(execution_id)} --set approved=true')}"
+                 f" (or on the /approvals page); then watch again with --after {last.cursor}.")
 
 
 @cli.command()

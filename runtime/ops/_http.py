@@ -4,8 +4,10 @@
     GET  /api/executions/{id}             an execution, its pending interrupts, its journal
                                           (?wait=S: once the run this server continues settles)
     POST /api/executions/{id}/resume      body: the decision (JSON object); ?path= and ?seq= pick one
+    GET  /api/executions/{id}/events      its events as server-sent events, from Last-Event-ID
+                                          (or ?after=); ?until=paused ends at a pause
     GET  /approvals                       the page: pending interrupts with Approve / Reject
-    GET  /executions/{id}                 the page: one execution's timeline
+    GET  /executions/{id}                 the page: one execution's timeline, updated live
 
 An execution id may hold any character: percent-encode it whole in a URL
 (``quote(id, safe="")``, so ``a/b?c`` is ``a%2Fb%3Fc``); the pages' links do.
@@ -61,7 +63,7 @@ from tether.stores import (
     StoreNotFound,
 )
 
-from . import _pages
+from . import _pages, _sse
 from ._operator import Operator
 
 if TYPE_CHECKING:
@@ -236,6 +238,16 @@ def create_app(
         view = await operator.show(execution_id)
         return JSONResponse(view.as_json())
 
+    async def follow(request: Request) -> Response:
+        try:
+            after, until = _sse.resume_point(request), _sse.until_of(request)
+        except ConfigurationError as exc:
+            return _problem(400, str(exc))
+        return await _sse.event_response(operator.store, request.path_params["execution_id"],
+                                         after=after, until=until)
+
+    api_events = api(follow)
+
     @api
     async def resume(request: Request) -> Response:
         execution_id = request.path_params["execution_id"]
@@ -335,6 +347,15 @@ def create_app(
                  else f"{execution_id}: {verdict} and recorded; {_nobody_continues(execution_id)}.")
         return RedirectResponse(back + "?" + urlencode({"flash": flash}), status_code=303)
 
+    async def page_events(request: Request) -> Response:
+        # The live page's own stream: EventSource sends the login cookie, not a bearer token.
+        if not logged_in(request):
+            return _problem(401, "Log in at /login to follow this execution.")
+        try:
+            return await follow(request)
+        except ExecutionNotFound as exc:
+            return _problem(404, str(exc))
+
     @page
     async def execution_page(request: Request, csrf: str) -> Response:
         try:
@@ -392,9 +413,11 @@ def create_app(
         Route("/api/pending", list_pending),
         Route("/api/executions/{execution_id:path}/resume", resume, methods=["POST"]),
         Route("/api/executions/{execution_id:path}/fork", fork_execution, methods=["POST"]),
+        Route("/api/executions/{execution_id:path}/events", api_events),
         Route("/api/executions/{execution_id:path}", get_execution),
         Route("/approvals", approvals_page),
         Route("/approvals/decide", approvals_decide, methods=["POST"]),
+        Route("/executions/{execution_id:path}/events", page_events),
         Route("/executions/{execution_id:path}", execution_page),
         Route("/login", login_page),
         Route("/login", login, methods=["POST"]),

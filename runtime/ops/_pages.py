@@ -13,6 +13,8 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from tether.runtime._core.events import EVENT_TYPES
+
 from ._operator import age, summarize
 
 if TYPE_CHECKING:
@@ -99,16 +101,62 @@ def timeline(view: Timeline, *, base: str = "") -> str:
             f"<code>{escape(json.dumps(decision.value, ensure_ascii=False))}</code>. Recorded; it goes on when "
             f"a process with its runner takes it up (a worker, or the application serving decisions).</p>"
         )
-    parts.extend(f"<p>pending at <code>{escape(row.agent_path)}</code>: {escape(row.reason)}</p>"
-                 for row in view.pending)
+    waiting = "".join(f"<p data-testid=pending data-path='{escape(row.agent_path)}'>pending at "
+                      f"<code>{escape(row.agent_path)}</code>: {escape(row.reason)}</p>" for row in view.pending)
+    parts.append(f"<div id=pending>{waiting}</div>")
     rows = "".join(
         f"<tr><td>{entry.seq}</td><td>{entry.created_at:%H:%M:%S}</td><td><code>{escape(entry.path)}</code></td>"
         f"<td>{escape(entry.label)}</td><td><code>{escape(summarize(entry, 160))}</code></td></tr>"
         for entry in view.entries
     )
-    parts.append(f"<table><tr><th>#</th><th>at</th><th>path</th><th>label</th><th>what happened</th></tr>"
-                 f"{rows}</table>")
+    cursor = view.entries[-1].seq if view.entries else 0
+    parts.append(f"<table id=journal data-cursor={cursor}><tr><th>#</th><th>at</th><th>path</th><th>label</th>"
+                 f"<th>what happened</th></tr>{rows}</table>")
+    if not e.finished:
+        parts.append(_LIVE.replace("TYPES", json.dumps(EVENT_TYPES)))  # new rows, the status and what is pending, as they are journaled
     return page(f"{e.execution_id} - tether", "".join(parts))
+
+
+# Follows the page's own event stream (the login cookie goes with it). Everything it shows
+# is set as text, never as HTML: an event holds whatever a tool or a user put in it.
+_LIVE = """<script>
+(() => {
+  const table = document.getElementById("journal");
+  const status = document.querySelector("[data-testid=status]");
+  const pending = document.getElementById("pending");
+  const base = new Set(["execution_id", "path", "label", "cursor", "at", "type"]);
+  const verdicts = {execution_paused: "paused", execution_completed: "completed", execution_failed: "failed",
+                    execution_cancelled: "cancelled", execution_resumed: "decided"};
+  const source = new EventSource(location.pathname + "/events?after=" + table.dataset.cursor);
+  const cell = (row, text, code) => {
+    const td = row.insertCell();
+    const inner = code ? td.appendChild(document.createElement("code")) : td;
+    inner.textContent = text;
+  };
+  const show = (message) => {
+    const event = JSON.parse(message.data);
+    if (event.cursor === null) return;
+    const rest = Object.fromEntries(Object.entries(event).filter(([key]) => !base.has(key)));
+    const row = table.insertRow(-1);
+    cell(row, event.cursor); cell(row, event.at.slice(11, 19)); cell(row, event.path, true);
+    cell(row, event.label); cell(row, JSON.stringify(rest).slice(0, 160), true);
+    table.dataset.cursor = event.cursor;
+    if (verdicts[event.type]) status.textContent = verdicts[event.type];
+    else if (["paused", "decided", "queued"].includes(status.textContent)) status.textContent = "running";
+    if (event.type === "interrupt" && event.pending) {
+      const line = pending.appendChild(document.createElement("p"));
+      line.dataset.testid = "pending"; line.dataset.path = event.call_path;
+      line.textContent = "pending at " + event.call_path + ": " + (event.reason || "");
+    }
+    if (event.type === "execution_resumed") {
+      for (const line of pending.querySelectorAll("[data-testid=pending]"))
+        if (line.dataset.path === event.path) line.remove();
+    }
+    if (["execution_completed", "execution_failed", "execution_cancelled"].includes(event.type)) source.close();
+  };
+  for (const type of TYPES) source.addEventListener(type, show);
+})();
+</script>"""
 
 
 def login(csrf: str, *, base: str = "", error: str = "") -> str:

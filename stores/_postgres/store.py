@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, get_args
 import anyio
 
 from .. import _json
-from .._bridge import threadsafe_caller
+from .._bridge import threadsafe_caller, threadsafe_scheduler
 from .._claims import failed_claim, sole_pending
 from .._driver import DriverStore
 from .._errors import (
@@ -52,13 +52,14 @@ from .pool import ConnectionPool, connect_detached, finish_detached
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
     from datetime import datetime
 
     import asyncpg
     from pydantic import JsonValue
 
     from .._bridge import Op
+    from .._watch import Check
 
 _EXEC_COLS = (
     "id, runner, root_path, fingerprint, status, input, result, error, "
@@ -190,6 +191,10 @@ class PostgresStore(DriverStore):
         self._pool: ConnectionPool | None = None
         # LISTEN connects whose caller was cancelled, still under way: closing waits for them.
         self._listen_connects: set[asyncio.Task[Any]] = set()
+        # The LISTEN connection of this object's journal watches, and how many use it.
+        self._journal_listener: PostgresListener | None = None
+        self._followers = 0
+        self._follow_lock: anyio.Lock | None = None
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact(self.dsn)!r})"
@@ -314,15 +319,19 @@ class PostgresStore(DriverStore):
         Raises:
             StoreUnavailable: The server cannot be reached.
         """
+        wake = threadsafe_caller(on_work)
+        return await self._listen_on("tether_work", lambda payload: wake())
+
+    async def _listen_on(self, channel: str, on_notify: Callable[[str], object]) -> PostgresListener:
+        """A dedicated connection that LISTENs on ``channel``, calling ``on_notify(payload)`` on the driver loop."""
         import asyncpg
 
         await self._loop()
-        wake = threadsafe_caller(on_work)
         settings = {"search_path": self.schema} if self.schema else {}
 
         async def connect() -> Any:
             conn = await asyncpg.connect(self.dsn, timeout=self.connect_timeout, server_settings=settings)
-            await conn.add_listener("tether_work", lambda *_: wake())
+            await conn.add_listener(channel, lambda _conn, _pid, _channel, payload: on_notify(payload))
             return conn
 
         async def open_listener(op: Op) -> Any:
@@ -331,6 +340,52 @@ class PostgresStore(DriverStore):
                 return await connect_detached(connect, self._listen_connects)
 
         return PostgresListener(self, await self._run(open_listener))
+
+    @contextlib.asynccontextmanager
+    async def _change_source(self, execution_id: str) -> AsyncIterator[tuple[Check | None, float]]:
+        # One LISTEN connection serves every watch of this store object, opened with the
+        # first and closed with the last. If it drops, watches re-read every second and
+        # the next check listens again.
+        await self._follow()
+        try:
+            async def check() -> bool:
+                listener = self._journal_listener
+                if listener is not None and not listener.closed:
+                    return False
+                with contextlib.suppress(StoreUnavailable):
+                    await self._listen_to_journal()
+                return True
+
+            yield check, 1.0
+        finally:
+            self._followers -= 1
+            if not self._followers:
+                listener, self._journal_listener = self._journal_listener, None
+                if listener is not None:
+                    await listener.aclose()
+
+    async def _follow(self) -> None:
+        self._followers += 1
+        try:
+            if self._journal_listener is None:
+                await self._listen_to_journal()
+        except BaseException:
+            self._followers -= 1
+            raise
+
+    async def _listen_to_journal(self) -> None:
+        if self._follow_lock is None:
+            self._follow_lock = anyio.Lock()
+        async with self._follow_lock:
+            listener = self._journal_listener
+            if listener is not None and not listener.closed:
+                return
+            schedule = threadsafe_scheduler()
+            grew = self._journal_grew
+            self._journal_listener = await self._listen_on(
+                "tether_journal", lambda execution_id: schedule(lambda: grew(execution_id)))
+            if listener is not None and self._watchers:
+                self._watchers.poke_all()  # what was written while it was away
 
     async def drop_schema(self) -> None:
         """Drop this store's schema, with every table and row tether kept there, and close the store.
@@ -557,6 +612,8 @@ class PostgresStore(DriverStore):
         if not out:
             raise await self._explain_fence(lease)
         first = out[0]["first"]
+        if rows:
+            self._journal_grew(lease.execution_id)
         return list(range(first, first + len(rows)))
 
     # -- journal -------------------------------------------------------------
@@ -574,6 +631,7 @@ class PostgresStore(DriverStore):
         )
         if not out:
             raise await self._explain_fence(lease)
+        self._journal_grew(lease.execution_id)
         return sorted(r["seq"] for r in out)
 
     async def rewrite(self, lease: Lease, journal: Sequence[JournalEntry], *,
@@ -610,6 +668,7 @@ class PostgresStore(DriverStore):
 
         if not await self._run(op_fn):
             raise await self._explain_fence(lease)
+        self._journal_grew(lease.execution_id)
 
     async def read_journal(
         self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
@@ -653,6 +712,7 @@ class PostgresStore(DriverStore):
             raise
         if not out:
             raise await self._explain_fence(lease)
+        self._journal_grew(lease.execution_id)
         return _pending(out[0])
 
     async def claim(
@@ -702,6 +762,7 @@ class PostgresStore(DriverStore):
         if not out:
             raise await self._explain_failed_claim(execution_id, target, owner)
         row = out[0]
+        self._journal_grew(execution_id)
         return JournalEntry(execution_id=execution_id, seq=row["seq"], path=target,  # type: ignore[arg-type]
                             label="resumed", kind="resumed", payload=_json.loads(row["payload"]),
                             created_at=row["created_at"])

@@ -69,13 +69,14 @@ from .rows import (
 from .writes import GroupCommit, Synchronous, WritePolicy
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
     from datetime import datetime
 
     import aiosqlite
     from pydantic import JsonValue
 
     from .._bridge import DriverLoop
+    from .._watch import Check
 
 
 T = TypeVar("T")
@@ -155,6 +156,9 @@ class SQLiteStore(DriverStore):
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
 
+    watch_interval: float = 0.02
+    """Seconds between the checks (``PRAGMA data_version``) by which a watch sees other processes' writes."""
+
     # -- plumbing ------------------------------------------------------------
 
     async def _open(self) -> None:
@@ -202,6 +206,20 @@ class SQLiteStore(DriverStore):
         group, self._group = self._group, None
         if group is not None:
             group.close_here()
+
+    @contextlib.asynccontextmanager
+    async def _change_source(self, execution_id: str) -> AsyncIterator[tuple[Check | None, float]]:
+        # data_version moves whenever another connection (another process, another store
+        # object) commits to the file; this object's own writes poke its watches directly.
+        seen = await self._read(_data_version)
+
+        async def check() -> bool:
+            nonlocal seen
+            now = await self._read(_data_version)
+            changed, seen = now != seen, now
+            return changed
+
+        yield check, self.watch_interval
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the connection's thread, from the driver loop (while opening)."""
@@ -484,7 +502,10 @@ class SQLiteStore(DriverStore):
                 db.execute("DELETE FROM tether_pending WHERE execution_id = ?", (lease.execution_id,))
             return self._insert_entries(db, lease.execution_id, rows, now)
 
-        return await self._write(fn)
+        seqs = await self._write(fn)
+        if seqs:
+            self._journal_grew(lease.execution_id)
+        return seqs
 
     # -- journal -------------------------------------------------------------
 
@@ -492,15 +513,17 @@ class SQLiteStore(DriverStore):
         rows = entry_rows(entries)
         if len(rows) == 1:
             row = rows[0]
-            return await self._write(lambda db, now: [self._append_one(db, lease, row, now)], one_statement=True)
-        if not rows:
+            seqs = await self._write(lambda db, now: [self._append_one(db, lease, row, now)], one_statement=True)
+        elif not rows:
             return []
+        else:
+            def fn(db: sqlite3.Connection, now: int) -> list[int]:
+                self._fence(db, lease)
+                return self._insert_entries(db, lease.execution_id, rows, now)
 
-        def fn(db: sqlite3.Connection, now: int) -> list[int]:
-            self._fence(db, lease)
-            return self._insert_entries(db, lease.execution_id, rows, now)
-
-        return await self._write(fn)
+            seqs = await self._write(fn)
+        self._journal_grew(lease.execution_id)
+        return seqs
 
     def _append_one(self, db: sqlite3.Connection, lease: Lease, row: tuple[str, str, str, str], now: int) -> int:
         """A boundary's one entry: fence, number and insert in one statement.
@@ -553,6 +576,7 @@ class SQLiteStore(DriverStore):
             self._next_seqs.pop(lease.execution_id, None)
 
         await self._write(fn)
+        self._journal_grew(lease.execution_id)
 
     async def read_journal(
         self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
@@ -583,7 +607,9 @@ class SQLiteStore(DriverStore):
                 raise DuplicateInterrupt(lease.execution_id, interrupt.path) from exc
             return pending_from(row)
 
-        return await self._write(fn)
+        pending = await self._write(fn)
+        self._journal_grew(lease.execution_id)
+        return pending
 
     async def claim(
         self,
@@ -630,7 +656,9 @@ class SQLiteStore(DriverStore):
 
         # Serialize the value before the transaction: a bad one consumes nothing.
         _json.dumps(value, what="the resume value")
-        return await self._write(fn)
+        entry = await self._write(fn)
+        self._journal_grew(execution_id)
+        return entry
 
     async def list_pending(
         self,
@@ -803,6 +831,10 @@ class SQLiteStore(DriverStore):
                 f"{problems[0]} {DAMAGE_HINT}"
             )
         return problems
+
+
+def _data_version(db: sqlite3.Connection) -> int:
+    return int(db.execute("PRAGMA data_version").fetchone()[0])
 
 
 def _pending_filter(execution_id: str | None, path_prefix: str | None) -> tuple[list[str], list[Any]]:

@@ -14,7 +14,7 @@ from tether.actors._messages import AssistantMessage, SystemMessage, ToolMessage
 from tether.runtime import Resume, interrupt
 from tether.stores import Store
 
-from ._chat_server import Answer, ChatServer, calls, text
+from ._chat_server import Answer, ChatServer, calls, streamed, text
 
 
 @pytest.fixture
@@ -130,3 +130,114 @@ async def test_every_5xx_is_retried_and_a_non_json_answer_is_an_llm_error(server
     with pytest.raises(LLMError, match="not JSON"):
         await llm.complete([UserMessage(content="hi")], [])
     assert len(server.requests) == 2
+
+
+# -- stream=True ----------------------------------------------------------------------
+
+
+def lookup(order: int) -> dict[str, Any]:
+    """Look an order up."""
+    return {"order": order, "total": 120}
+
+
+async def follow(agent: Agent, task: str, execution_id: str) -> tuple[list[str], Any]:
+    """Run ``task`` while following it: the tokens seen, and the run's result."""
+    async with agent.stream(task, execution_id=execution_id) as events:
+        tokens = [e.text async for e in events if e.type == "token"]
+    return tokens, events.result
+
+
+async def journaled_turn(store: Store, execution_id: str, label: str = "turn:1") -> dict[str, Any]:
+    [entry] = [e for e in await store.read_journal(execution_id) if e.label == label]
+    assert isinstance(entry.payload, dict)
+    result = entry.payload["result"]
+    assert isinstance(result, dict)
+    return result
+
+
+async def test_a_streamed_reply_is_the_reply_and_its_tokens(server: ChatServer, store: Store) -> None:
+    answer = "Refund processed: $120 back to the card ending 4242."
+    server.answers += [text(answer), streamed(text(answer))]
+    plain = await llm_for(server).complete([UserMessage(content="Refund order 7.")], [])
+    agent = Agent(name="refund-bot", llm=llm_for(server, stream=True), store=store)
+    tokens, result = await follow(agent, "Refund order 7.", "streamed")
+    assert result.status == "completed"
+    assert result.output == plain.content == answer
+    assert len(tokens) > 1  # it came in pieces, as they arrived
+    assert (await journaled_turn(store, "streamed"))["content"] == "".join(tokens) == answer
+    plain_body, streamed_body = (r["body"] for r in server.requests)
+    assert streamed_body.pop("stream") is True
+    assert "stream" not in plain_body
+    assert streamed_body == plain_body
+
+
+async def test_streamed_tool_calls_are_put_together(server: ChatServer, store: Store) -> None:
+    two = calls(("lookup", '{"order": 7}'), ("approve_refund", '{"amount": 120}'))
+    server.answers += [streamed(two), streamed(text("Refunded $120."))]
+    agent = Agent(name="refund-bot", llm=llm_for(server, stream=True), tools=[lookup, approve_refund], store=store)
+    tokens, result = await follow(agent, "Refund order 7.", "streamed-calls")
+    assert result.status == "completed" and result.output == "Refunded $120."
+    assert "".join(tokens) == "Refunded $120."  # the tool-call turn has no text to stream
+    turn = await journaled_turn(store, "streamed-calls")
+    assert turn["content"] is None
+    assert [(c["id"], c["name"], c["arguments"]) for c in turn["tool_calls"]] == [
+        ("srv_0", "lookup", {"order": 7}), ("srv_1", "approve_refund", {"amount": 120})]
+    told = server.requests[1]["body"]["messages"]
+    assert [(m["role"], m.get("tool_call_id")) for m in told[-2:]] == [("tool", "srv_0"), ("tool", "srv_1")]
+    assert json.loads(told[-2]["content"]) == {"order": 7, "total": 120}
+    assert json.loads(told[-1]["content"]) == {"approved": True}
+
+
+async def test_streamed_arguments_that_are_not_json_stay_text(server: ChatServer) -> None:
+    server.answers.append(streamed(calls(("approve_refund", '{"amount": 5'), ("lookup", "[7]"))))
+    reply = await llm_for(server, stream=True).complete([UserMessage(content="hi")], [])
+    assert reply == AssistantMessage(content=None, tool_calls=[
+        ToolCall("approve_refund", '{"amount": 5', id="srv_0"), ToolCall("lookup", "[7]", id="srv_1")])
+
+
+async def test_a_stream_cut_short_is_sent_again(server: ChatServer, store: Store) -> None:
+    answer = "Refund processed."
+    # The first attempt streams two pieces of text, then the connection drops mid-event.
+    server.answers += [streamed(text(answer), drop_after=4), streamed(text(answer))]
+    agent = Agent(name="refund-bot", llm=llm_for(server, stream=True), store=store)
+    tokens, result = await follow(agent, "Refund order 7.", "dropped")
+    assert result.status == "completed" and result.output == answer
+    assert len(server.requests) == 2
+    # A follower saw the failed attempt's tokens too; the journal has the last attempt's message only.
+    assert "".join(tokens) == answer[:8] + answer
+    assert (await journaled_turn(store, "dropped"))["content"] == answer
+
+
+async def test_a_stream_without_an_end_is_retried_then_fails(server: ChatServer) -> None:
+    server.answers += [streamed(text("half"), end=False), streamed(text("whole"))]
+    assert (await llm_for(server, stream=True).complete([UserMessage(content="hi")], [])).content == "whole"
+    server.answers += [streamed(text("a"), end=False), streamed(text("b"), drop_after=3)]
+    with pytest.raises(LLMError, match="after 2 attempts"):
+        await llm_for(server, stream=True, max_retries=1).complete([UserMessage(content="hi")], [])
+    assert len(server.requests) == 4
+
+
+async def test_streaming_retries_before_the_first_byte_and_refuses_a_4xx(server: ChatServer) -> None:
+    server.answers += [Answer(429, {"error": "slow down"}, {"retry-after": "0"}), Answer(502, {"error": "gateway"}),
+                       streamed(text("hello"))]
+    llm = llm_for(server, stream=True)
+    assert (await llm.complete([UserMessage(content="hi")], [])).content == "hello"
+    assert len(server.requests) == 3
+    server.answers += [Answer(400, {"error": {"message": "unknown model"}}), streamed(text("never"))]
+    with pytest.raises(LLMError, match=r"answered 400 \(attempt 1\): .*unknown model") as caught:
+        await llm.complete([UserMessage(content="hi")], [])
+    assert caught.value.status == 400
+    assert len(server.requests) == 4
+
+
+async def test_an_error_in_the_stream_is_an_llm_error(server: ChatServer) -> None:
+    server.answers.append(Answer(events=[{"error": {"message": "context length exceeded"}}], done=False))
+    with pytest.raises(LLMError, match=r"streamed an error: .*context length exceeded"):
+        await llm_for(server, stream=True).complete([UserMessage(content="hi")], [])
+    assert len(server.requests) == 1
+
+
+async def test_a_server_that_does_not_stream_is_read_whole(server: ChatServer) -> None:
+    server.answers.append(text("all at once"))
+    async with llm_for(server, stream=True) as llm:
+        assert (await llm.complete([UserMessage(content="hi")], [])).content == "all at once"

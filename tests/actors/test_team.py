@@ -147,7 +147,8 @@ async def test_a_supervisor_pauses_inside_a_worker_and_resumes(store: Store) -> 
     assert supervisor_llm.calls == 2  # fastaiagent 1.94 re-runs the supervisor's LLM from scratch on resume
     assert auditor_llm.calls == 2
     labels = [e.label for e in await store.read_journal("job-42") if e.path == "supervisor:planner"]
-    assert labels == ["inbox", "turn:1", "delegate:1", "reply:1", "turn:2", "msg:1"]
+    # The verdicts (paused, then completed) are journaled at the root, where followers see them.
+    assert labels == ["inbox", "turn:1", "delegate:1", "paused", "reply:1", "turn:2", "msg:1", "completed"]
 
 
 async def test_parallel_delegations_pause_twice_and_resume_by_path(store: Store) -> None:

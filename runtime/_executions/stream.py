@@ -1,0 +1,153 @@
+"""Following an execution: its journal as typed events, from any process, resumable at a cursor."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from typing import TYPE_CHECKING, Literal
+
+from tether.runtime._core.events import FINAL_EVENTS, Event, LiveFeed, from_entry, subscribe, unsubscribe
+from tether.stores import ConfigurationError, ExecutionNotFound
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from tether.runtime._core.execution import RunResult
+    from tether.stores import JournalWatch, Store
+
+Until = Literal["finished", "paused"]
+
+_PAGE = 500  # journal entries read at a time: a follower far behind catches up in pages
+
+
+class EventStream:
+    """The events of one execution, in order; ``async for event in stream``.
+
+    Journal events come once each, in journal order, and carry their
+    ``cursor``; live events (tokens, starts) come between them as they happen,
+    and a follower that reads too slowly misses some, told by a `Dropped`
+    event. Iteration ends after the execution's final event (completed, failed,
+    cancelled), or at a pause when following ``until="paused"``.
+
+    ``cursor`` is the last journal position delivered: pass it as ``after=`` to
+    continue later, from this process or another.
+    """
+
+    def __init__(self, store: Store, execution_id: str, watch: JournalWatch, feed: LiveFeed | None,
+                 *, after: int, until: Until) -> None:
+        self.store = store
+        self.execution_id = execution_id
+        self.cursor = after
+        self.result: RunResult | None = None
+        """What the run returned, for a stream from `Runner.stream`, once it returned."""
+        self._watch = watch
+        self._feed = feed
+        self._until = until
+        self._batch: deque[Event] = deque()
+        self._last: str | None = None  # the type of the last journal event delivered
+        self._over = False  # the run this stream watches returned: end once caught up
+        self._error: BaseException | None = None
+        self._ended = False
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> Event:
+        while not self._ended:
+            event = self._batch.popleft() if self._batch else None
+            if event is None and self._feed is not None:
+                event = self._feed.take()
+            if event is not None:
+                if event.cursor is not None:
+                    self.cursor, self._last = event.cursor, event.type
+                    self._ended = event.type in FINAL_EVENTS
+                return event
+            if await self._read():
+                continue
+            if self._over or (self._until == "paused" and self._last == "execution_paused"):
+                break
+            await self._watch.wait()
+        self._ended = True
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        raise StopAsyncIteration
+
+    async def _read(self) -> bool:
+        """Read the journal after the cursor into the batch; False when there is nothing new."""
+        entries = await self.store.read_journal(self.execution_id, after_seq=self.cursor, limit=_PAGE)
+        if not entries:
+            return False
+        pending = None
+        if any(entry.kind == "suspended" for entry in entries):
+            pending = {row.agent_path: row for row in await self.store.list_pending(execution_id=self.execution_id)}
+        if self._feed is not None:
+            # Live events that arrived by now happened before what this read found (a
+            # turn's tokens before the turn): they go first.
+            while (live := self._feed.take()) is not None:
+                self._batch.append(live)
+        self._batch.extend(from_entry(entry, pending) for entry in entries)
+        return True
+
+    def _run_returned(self, result: RunResult | None, error: BaseException | None) -> None:
+        self.result, self._error, self._over = result, error, True
+        self._watch.poke()
+
+
+@contextlib.asynccontextmanager
+async def events(
+    store: Store,
+    execution_id: str,
+    *,
+    after: int = 0,
+    until: Until = "finished",
+    live: bool = True,
+    _must_exist: bool = True,
+) -> AsyncIterator[EventStream]:
+    """Follow an execution's events, wherever it runs: here, in a worker, on another machine.
+
+    Journal events after ``after`` come first (every one of them, in order),
+    then each new one as it is committed: on Postgres a ``LISTEN`` wakes the
+    follower, on SQLite a cheap check of the file every few milliseconds does;
+    neither polls the journal itself. With ``live``, tokens and starts of a run
+    in *this* process come too (they are not journaled: a follower in another
+    process sees the whole messages only).
+
+    Args:
+        store: The execution's store.
+        execution_id: Which execution.
+        after: The last cursor already seen (0: from the beginning).
+        until: ``"finished"`` (default) follows through pauses until the final
+            event; ``"paused"`` also stops once the execution waits at a pause.
+        live: Also deliver this process's live events.
+
+    Raises:
+        ExecutionNotFound: No such execution.
+        ConfigurationError: ``after`` is negative, or ``until`` unknown.
+
+    Example:
+        ```python
+        async with events(store, "refund-42", after=cursor) as stream:
+            async for event in stream:
+                print(event.cursor, event.type, event.path)
+        ```
+    """
+    if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+        raise ConfigurationError(f"after={after!r}: give the cursor of the last event seen (0 for the beginning).")
+    if until not in ("finished", "paused"):
+        raise ConfigurationError(f"until={until!r}: follow until 'finished' (the default) or 'paused'.")
+    async with store.watch(execution_id) as watch:
+        execution = await store.get_execution(execution_id)
+        if execution is None and _must_exist:
+            raise ExecutionNotFound(execution_id)
+        feed = LiveFeed(execution_id, watch.poke) if live else None
+        if feed is not None:
+            subscribe(feed)
+        try:
+            stream = EventStream(store, execution_id, watch, feed, after=after, until=until)
+            # A finished execution's journal grows no more: what is there is all of it.
+            stream._over = execution is not None and execution.finished
+            yield stream
+        finally:
+            if feed is not None:
+                unsubscribe(feed)

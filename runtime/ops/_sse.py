@@ -1,0 +1,87 @@
+"""An execution's events as server-sent events: ``GET /api/executions/{id}/events``.
+
+Each journal event goes out with its cursor as the SSE ``id``, so a client that
+reconnects sends ``Last-Event-ID`` and gets every later event exactly once
+(browsers' ``EventSource`` does this by itself). Live events (tokens, starts)
+have no id: a reconnect neither repeats nor replays them. Every event's ``event``
+field is its type, its ``data`` the event as JSON. The stream ends after the
+execution's final event; a comment line every ``keepalive`` seconds keeps idle
+proxies from closing it meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import anyio
+from starlette.responses import StreamingResponse
+from tether.runtime._executions.stream import events
+from tether.stores import ConfigurationError, ExecutionNotFound
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from starlette.requests import Request
+    from tether.runtime._core.events import Event
+    from tether.runtime._executions.stream import Until
+    from tether.stores import Store
+
+KEEPALIVE = 15.0
+"""Seconds of silence after which the stream sends a comment line."""
+
+
+def resume_point(request: Request) -> int:
+    """The cursor to continue after: ``Last-Event-ID``, else ``?after=``, else 0.
+
+    Raises:
+        ConfigurationError: It is not a cursor (a whole number from 0 up).
+    """
+    given = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    if not given.isdigit():
+        raise ConfigurationError(
+            f"Cannot continue after {given!r}: send the id of the last event received (Last-Event-ID, "
+            f"or ?after=) as a whole number, or 0 for the beginning."
+        )
+    return int(given)
+
+
+def until_of(request: Request) -> Until:
+    until = request.query_params.get("until", "finished")
+    if until not in ("finished", "paused"):
+        raise ConfigurationError(f"until={until!r}: follow until 'finished' (the default) or 'paused'.")
+    return until  # type: ignore[return-value]
+
+
+def encode(event: Event) -> str:
+    """One event as an SSE message."""
+    data = json.dumps(event.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":"))
+    head = f"id: {event.cursor}\n" if event.cursor is not None else ""
+    return f"{head}event: {event.type}\ndata: {data}\n\n"
+
+
+async def event_response(store: Store, execution_id: str, *, after: int, until: Until,
+                         keepalive: float = KEEPALIVE) -> StreamingResponse:
+    """The streaming response; an unknown execution raises here, before any byte is sent.
+
+    Raises:
+        ExecutionNotFound: No such execution.
+    """
+    if await store.get_execution(execution_id) is None:
+        raise ExecutionNotFound(execution_id)
+
+    async def body() -> AsyncIterator[str]:
+        yield "retry: 2000\n\n"
+        async with events(store, execution_id, after=after, until=until) as stream:
+            iterator = aiter(stream)
+            while True:
+                event = None
+                with anyio.move_on_after(keepalive):
+                    try:
+                        event = await anext(iterator)
+                    except StopAsyncIteration:
+                        return
+                yield ": keepalive\n\n" if event is None else encode(event)
+
+    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
