@@ -234,9 +234,9 @@ class Runner:
             raise followed._error  # the block never iterated to it
 
     def events(self, execution_id: str, *, after: int = 0, until: Until = "finished",
-               live: bool = True) -> AbstractAsyncContextManager[EventStream]:
+               live: bool = True, buffer: int = 1000) -> AbstractAsyncContextManager[EventStream]:
         """Follow an execution's events wherever it runs (see `tether.runtime.events`)."""
-        return events(self._store(), execution_id, after=after, until=until, live=live)
+        return events(self._store(), execution_id, after=after, until=until, live=live, buffer=buffer)
 
     async def start(self, input: Any = None, *, execution_id: str, detach: bool = True) -> RunResult:
         """Start an execution; with ``detach`` (the default), record it for a worker and return at once.

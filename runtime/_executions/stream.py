@@ -102,6 +102,7 @@ async def events(
     after: int = 0,
     until: Until = "finished",
     live: bool = True,
+    buffer: int = 1000,
     _must_exist: bool = True,
 ) -> AsyncIterator[EventStream]:
     """Follow an execution's events, wherever it runs: here, in a worker, on another machine.
@@ -120,6 +121,8 @@ async def events(
         until: ``"finished"`` (default) follows through pauses until the final
             event; ``"paused"`` also stops once the execution waits at a pause.
         live: Also deliver this process's live events.
+        buffer: How many live events wait for a slow reader; beyond that the oldest
+            are dropped, and a `Dropped` event says how many.
 
     Raises:
         ExecutionNotFound: No such execution.
@@ -134,13 +137,15 @@ async def events(
     """
     if not isinstance(after, int) or isinstance(after, bool) or after < 0:
         raise ConfigurationError(f"after={after!r}: give the cursor of the last event seen (0 for the beginning).")
+    if not isinstance(buffer, int) or buffer < 1:
+        raise ConfigurationError(f"buffer={buffer!r}: keep at least one live event for a slow reader.")
     if until not in ("finished", "paused"):
         raise ConfigurationError(f"until={until!r}: follow until 'finished' (the default) or 'paused'.")
     async with store.watch(execution_id) as watch:
         execution = await store.get_execution(execution_id)
         if execution is None and _must_exist:
             raise ExecutionNotFound(execution_id)
-        feed = LiveFeed(execution_id, watch.poke) if live else None
+        feed = LiveFeed(execution_id, watch.poke, buffer) if live else None
         if feed is not None:
             subscribe(feed)
         try:
