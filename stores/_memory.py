@@ -117,7 +117,7 @@ class MemoryStore(Store):
             seqs.append(run.next_seq)
             run.next_seq += 1
         if seqs:
-            self._journal_grew(run.execution.execution_id)
+            self._journal_grew(run.execution.execution_id, seqs[-1])
         return seqs
 
     # -- executions ----------------------------------------------------------

@@ -428,11 +428,14 @@ class Store(ABC):
         """
         return contextlib.nullcontext((_always, 0.5))
 
-    def _journal_grew(self, execution_id: str) -> None:
-        """Wake this store's watches of ``execution_id``: call after a commit that appended to its journal."""
+    def _journal_grew(self, execution_id: str, upto: int | None = None) -> None:
+        """Wake this store's watches of ``execution_id``: call after a commit that appended to its journal.
+
+        ``upto``: the last sequence number it wrote, when known.
+        """
         watchers = self._watchers
         if watchers:
-            watchers.poke(execution_id)
+            watchers.poke(execution_id, upto)
 
     def worker_slot(self) -> AbstractContextManager[None]:
         """Hold this process's place among the store's workers, for a ``with`` block.

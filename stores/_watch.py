@@ -32,9 +32,18 @@ class JournalWatch:
         self._interval = interval
         self._poked = False
         self._event: anyio.Event | None = None
+        self.on_grew: Callable[[int], object] | None = None
+        """Called at once, with the last sequence number written, when this store object grew
+        the journal: a follower orders its live events by it. Before any waiter wakes."""
 
-    def poke(self) -> None:
-        """Mark the journal as possibly changed and wake a waiter (on the watch's event loop)."""
+    def poke(self, upto: int | None = None) -> None:
+        """The journal may have grown (to ``upto``): wake a waiter (on the watch's event loop)."""
+        if self.on_grew is not None and upto is not None:
+            self.on_grew(upto)
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake a waiter, for something else than the journal (a live event to pass on)."""
         self._poked = True
         if self._event is not None:
             self._event.set()
@@ -73,10 +82,10 @@ class Watchers:
             if not alike:
                 del self._by_id[watch.execution_id]
 
-    def poke(self, execution_id: str) -> None:
-        """The journal of ``execution_id`` grew: wake its watches."""
+    def poke(self, execution_id: str, upto: int | None = None) -> None:
+        """The journal of ``execution_id`` grew (to ``upto``, when known): wake its watches."""
         for watch in self._by_id.get(execution_id, ()):
-            watch.poke()
+            watch.poke(upto)
 
     def poke_all(self) -> None:
         """Something changed, nobody knows where (a reconnected listener): wake every watch."""

@@ -11,7 +11,9 @@ make up is, so a follower that was away sees that message, not its tokens.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
+from dataclasses import dataclass
 from contextvars import ContextVar
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
@@ -291,29 +293,71 @@ class LiveFeed:
     """One follower's buffer of live events: bounded, never blocking the publisher.
 
     When it is full, the oldest event goes and the follower is told how many it
-    missed (`Dropped`), so a stalled reader costs the run nothing.
+    missed (`Dropped`), so a stalled reader costs the run nothing. `grew` marks
+    where the journal grew among them, and to which entry: the follower reads the
+    journal up to that entry there, so a turn's tokens come before the turn, and
+    the next turn's after it, however far behind the follower is.
     """
 
     def __init__(self, execution_id: str, on_event: Callable[[], object], size: int = 1000) -> None:
         self.execution_id = execution_id
-        self.events: deque[Event] = deque()
+        self.items: deque[Event | Grew] = deque()
         self.size = size
         self.dropped = 0
+        self._events = 0
         self._on_event = on_event
 
     def put(self, event: Event) -> None:
-        if len(self.events) >= self.size:
-            self.events.popleft()
+        if self._events >= self.size:
+            while isinstance(self.items.popleft(), Grew):
+                pass  # a mark goes with the events before it: the journal is read from the next one
             self.dropped += 1
-        self.events.append(event)
+            self._events -= 1
+        self.items.append(event)
+        self._events += 1
         self._on_event()
 
-    def take(self) -> Event | None:
-        """The next live event: a `Dropped` first if some were missed, None when empty."""
+    def grew(self, upto: int) -> None:
+        """The journal grew to entry ``upto``, after the events so far."""
+        last = self.items[-1] if self.items else None
+        if isinstance(last, Grew):
+            last.upto = max(last.upto, upto)
+        else:
+            self.items.append(Grew(upto))
+
+    def bound(self, known: int) -> int | None:
+        """The last entry a read may pass on before the live events waiting here, or None for any.
+
+        ``known``: the last entry known to come before them. A read that overtook the
+        run (it saw entries committed after a waiting live event, as the marks after that
+        event say) is cut back to what came before the event.
+        """
+        before = known
+        for index, item in enumerate(self.items):
+            if not isinstance(item, Grew):
+                later = (m.upto for m in itertools.islice(self.items, index + 1, None) if isinstance(m, Grew))
+                return before if any(upto > before for upto in later) else None
+            before = max(before, item.upto)
+        return None
+
+    def take(self) -> Event | Grew | None:
+        """The next live event (a `Dropped` first if some were missed) or mark; None when empty."""
         if self.dropped:
             count, self.dropped = self.dropped, 0
             return Dropped(execution_id=self.execution_id, path="", label="dropped", count=count)
-        return self.events.popleft() if self.events else None
+        if not self.items:
+            return None
+        item = self.items.popleft()
+        if not isinstance(item, Grew):
+            self._events -= 1
+        return item
+
+
+@dataclass
+class Grew:
+    """Among a follower's live events: the journal grew here, up to entry ``upto``."""
+
+    upto: int
 
 
 _feeds: dict[str, set[LiveFeed]] = {}

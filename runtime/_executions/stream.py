@@ -6,7 +6,7 @@ import contextlib
 from collections import deque
 from typing import TYPE_CHECKING, Literal
 
-from tether.runtime._core.events import FINAL_EVENTS, Event, LiveFeed, from_entry, subscribe, unsubscribe
+from tether.runtime._core.events import FINAL_EVENTS, Event, Grew, LiveFeed, from_entry, subscribe, unsubscribe
 from tether.stores import ConfigurationError, ExecutionNotFound
 
 if TYPE_CHECKING:
@@ -48,6 +48,8 @@ class EventStream:
         self._over = False  # the run this stream watches returned: end once caught up
         self._error: BaseException | None = None
         self._ended = False
+        self._upto: int | None = None  # the entry to read up to before the next live event
+        self._known = after  # the last entry known to come before the live events waiting
 
     def __aiter__(self) -> EventStream:
         return self
@@ -55,8 +57,18 @@ class EventStream:
     async def __anext__(self) -> Event:
         while not self._ended:
             event = self._batch.popleft() if self._batch else None
+            if event is None and self._upto is not None:
+                # The journal grew here among the live events: what it holds up to that
+                # entry comes before the live events after it.
+                if self.cursor < self._upto and await self._read(self._upto):
+                    continue
+                self._upto = None
             if event is None and self._feed is not None:
-                event = self._feed.take()
+                live = self._feed.take()
+                if isinstance(live, Grew):
+                    self._upto, self._known = live.upto, max(self._known, live.upto)
+                    continue
+                event = live
             if event is not None:
                 if event.cursor is not None:
                     self.cursor, self._last = event.cursor, event.type
@@ -73,25 +85,31 @@ class EventStream:
             raise error
         raise StopAsyncIteration
 
-    async def _read(self) -> bool:
-        """Read the journal after the cursor into the batch; False when there is nothing new."""
-        entries = await self.store.read_journal(self.execution_id, after_seq=self.cursor, limit=_PAGE)
+    async def _read(self, upto: int | None = None) -> bool:
+        """Read the journal after the cursor (up to entry ``upto``) into the batch; False when there is nothing new."""
+        limit = _PAGE if upto is None else min(_PAGE, upto - self.cursor)
+        if limit <= 0:
+            return False
+        entries = await self.store.read_journal(self.execution_id, after_seq=self.cursor, limit=limit)
+        if upto is None and self._feed is not None and entries:
+            # Live events may have come while it read: nothing committed after them goes first.
+            bound = self._feed.bound(self._known)
+            if bound is not None:
+                entries = [entry for entry in entries if entry.seq <= bound]
+                if not entries:
+                    return True  # the live events come first; the journal is read again after them
+            self._known = max(self._known, entries[-1].seq)
         if not entries:
             return False
         pending = None
         if any(entry.kind == "suspended" for entry in entries):
             pending = {row.agent_path: row for row in await self.store.list_pending(execution_id=self.execution_id)}
-        if self._feed is not None:
-            # Live events that arrived by now happened before what this read found (a
-            # turn's tokens before the turn): they go first.
-            while (live := self._feed.take()) is not None:
-                self._batch.append(live)
         self._batch.extend(from_entry(entry, pending) for entry in entries)
         return True
 
     def _run_returned(self, result: RunResult | None, error: BaseException | None) -> None:
         self.result, self._error, self._over = result, error, True
-        self._watch.poke()
+        self._watch.wake()
 
 
 @contextlib.asynccontextmanager
@@ -145,8 +163,9 @@ async def events(
         execution = await store.get_execution(execution_id)
         if execution is None and _must_exist:
             raise ExecutionNotFound(execution_id)
-        feed = LiveFeed(execution_id, watch.poke, buffer) if live else None
+        feed = LiveFeed(execution_id, watch.wake, buffer) if live else None
         if feed is not None:
+            watch.on_grew = feed.grew
             subscribe(feed)
         try:
             stream = EventStream(store, execution_id, watch, feed, after=after, until=until)

@@ -613,7 +613,7 @@ class PostgresStore(DriverStore):
             raise await self._explain_fence(lease)
         first = out[0]["first"]
         if rows:
-            self._journal_grew(lease.execution_id)
+            self._journal_grew(lease.execution_id, first + len(rows) - 1)
         return list(range(first, first + len(rows)))
 
     # -- journal -------------------------------------------------------------
@@ -631,8 +631,9 @@ class PostgresStore(DriverStore):
         )
         if not out:
             raise await self._explain_fence(lease)
-        self._journal_grew(lease.execution_id)
-        return sorted(r["seq"] for r in out)
+        seqs = sorted(r["seq"] for r in out)
+        self._journal_grew(lease.execution_id, seqs[-1])
+        return seqs
 
     async def rewrite(self, lease: Lease, journal: Sequence[JournalEntry], *,
                       pending: Sequence[PendingInterrupt], version: str, fingerprint: str) -> None:
@@ -712,8 +713,9 @@ class PostgresStore(DriverStore):
             raise
         if not out:
             raise await self._explain_fence(lease)
-        self._journal_grew(lease.execution_id)
-        return _pending(out[0])
+        pending = _pending(out[0])
+        self._journal_grew(lease.execution_id, pending.seq)
+        return pending
 
     async def claim(
         self,
@@ -762,7 +764,7 @@ class PostgresStore(DriverStore):
         if not out:
             raise await self._explain_failed_claim(execution_id, target, owner)
         row = out[0]
-        self._journal_grew(execution_id)
+        self._journal_grew(execution_id, row["seq"])
         return JournalEntry(execution_id=execution_id, seq=row["seq"], path=target,  # type: ignore[arg-type]
                             label="resumed", kind="resumed", payload=_json.loads(row["payload"]),
                             created_at=row["created_at"])

@@ -504,7 +504,7 @@ class SQLiteStore(DriverStore):
 
         seqs = await self._write(fn)
         if seqs:
-            self._journal_grew(lease.execution_id)
+            self._journal_grew(lease.execution_id, seqs[-1])
         return seqs
 
     # -- journal -------------------------------------------------------------
@@ -522,7 +522,7 @@ class SQLiteStore(DriverStore):
                 return self._insert_entries(db, lease.execution_id, rows, now)
 
             seqs = await self._write(fn)
-        self._journal_grew(lease.execution_id)
+        self._journal_grew(lease.execution_id, seqs[-1])
         return seqs
 
     def _append_one(self, db: sqlite3.Connection, lease: Lease, row: tuple[str, str, str, str], now: int) -> int:
@@ -608,7 +608,7 @@ class SQLiteStore(DriverStore):
             return pending_from(row)
 
         pending = await self._write(fn)
-        self._journal_grew(lease.execution_id)
+        self._journal_grew(lease.execution_id, pending.seq)
         return pending
 
     async def claim(
@@ -657,7 +657,7 @@ class SQLiteStore(DriverStore):
         # Serialize the value before the transaction: a bad one consumes nothing.
         _json.dumps(value, what="the resume value")
         entry = await self._write(fn)
-        self._journal_grew(execution_id)
+        self._journal_grew(execution_id, entry.seq)
         return entry
 
     async def list_pending(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-from tether.actors import Agent, Chain, ScriptedLLM
+from tether.actors import Agent, Chain, ScriptedLLM, ToolCall
 from tether.runtime import Event, EventStream, Resume, events, interrupt
 from tether.runtime._core.events import EVENTS, from_entry
 from tether.stores import (
@@ -129,22 +129,32 @@ async def test_a_follower_that_reconnects_while_the_run_goes_on_sees_each_event_
     assert journaled(seen) == as_events(await store.read_journal("live"))
 
 
-async def test_tokens_stream_before_their_turn_and_make_it_up_exactly(store: Store) -> None:
+def lookup(order: str) -> str:
+    """Look an order up."""
+    return f"order {order}: $120"
+
+
+async def test_tokens_stream_between_the_steps_around_them_and_make_up_their_turn(store: Store) -> None:
     text = "Refunds of up to $500 are approved at once; larger ones wait for a manager."
-    agent = Agent("talker", llm=ScriptedLLM([text], chunk=5), store=store)
+    agent = Agent("talker", llm=ScriptedLLM([ToolCall("lookup", {"order": "7"}), text], chunk=5), tools=[lookup],
+                  store=store)
     async with agent.stream("hello", execution_id="t") as stream:
         seen = await drain(stream)
+    kinds = [e.type for e in seen]
     tokens = [e for e in seen if e.type == "token"]
-    [turn] = [i for i, e in enumerate(seen) if e.type == "llm_turn"]
-    assert tokens and all(seen.index(token) < turn for token in tokens)
+    first, last = kinds.index("token"), len(kinds) - 1 - kinds[::-1].index("token")
+    # After the tool's result (journaled before the second turn began), before the turn they make up.
+    assert kinds.index("tool_result") < first and last < len(kinds) - 1 - kinds[::-1].index("llm_turn")
+    assert kinds[first:last + 1] == ["token"] * len(tokens)
     assert "".join(t.text for t in tokens if t.type == "token") == text
-    journal_turn = next(e for e in await store.read_journal("t") if e.label == "turn:1")
+    journal_turn = next(e for e in await store.read_journal("t") if e.label == "turn:2")
     assert journal_turn.payload["result"]["content"] == text  # type: ignore[index,call-overload]
     # A follower that comes later sees the whole message, and no token.
     async with events(store, "t") as later:
         replayed = await drain(later)
     assert "token" not in {e.type for e in replayed}
-    assert next(e for e in replayed if e.type == "llm_turn").message["content"] == text  # type: ignore[union-attr]
+    last_turn = [e for e in replayed if e.type == "llm_turn"][-1]
+    assert last_turn.type == "llm_turn" and last_turn.message["content"] == text  # type: ignore[index,call-overload]
 
 
 async def test_a_reader_that_never_reads_costs_the_run_nothing_and_loses_only_tokens(store: Store) -> None:
