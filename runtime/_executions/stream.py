@@ -6,7 +6,15 @@ import contextlib
 from collections import deque
 from typing import TYPE_CHECKING, Literal
 
-from tether.runtime._core.events import FINAL_EVENTS, Event, Grew, LiveFeed, from_entry, subscribe, unsubscribe
+from tether.runtime._core.events import (
+    FINAL_EVENTS,
+    Event,
+    Grew,
+    LiveFeed,
+    from_entry,
+    subscribe,
+    unsubscribe,
+)
 from tether.stores import ConfigurationError, ExecutionNotFound
 
 if TYPE_CHECKING:
