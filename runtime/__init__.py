@@ -91,6 +91,7 @@ from ._core.events import (
     ToolResult as ToolResult,
     emit as emit,
     following as following,
+    read_event as read_event,
 )
 from ._core.execution import RunResult as RunResult, Start as Start
 from ._core.idempotent import idempotency_key as idempotency_key, idempotent as idempotent
@@ -192,6 +193,7 @@ __all__ = (
     "interrupt",
     "migrate",
     "patched",
+    "read_event",
     "serve_executions",
     "sleep",
     "sleep_until",

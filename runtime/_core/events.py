@@ -217,7 +217,11 @@ EVENT_TYPES: tuple[str, ...] = tuple(model.model_fields["type"].default for mode
 """Every event's ``type``."""
 
 EVENTS: TypeAdapter[Event] = TypeAdapter(Event)
-"""Reads an event back from its JSON (``EVENTS.validate_json(line)``), as `tether watch --json` prints it."""
+
+
+def read_event(data: str | bytes) -> Event:
+    """An event read back from its JSON, as ``tether watch --json`` prints it and the SSE ``data`` holds it."""
+    return EVENTS.validate_json(data)
 
 VERDICTS: dict[str, str] = {"paused": "execution_paused", "completed": "execution_completed",
                             "failed": "execution_failed", "cancelled": "execution_cancelled"}
