@@ -13,6 +13,7 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
+from tether.runtime import read_event
 from tether.stores import NewEntry, NewExecution, NewInterrupt, SQLiteStore
 
 from tests._postgres import admin_sql, with_database
@@ -273,3 +274,33 @@ def test_the_refund_versions_story(tmp_path: Path, backend: str, kind: str, requ
     shown = subprocess.run([str(Path(sys.executable).parent / "tether"), "show", "refund-old", "--store", url],
                            capture_output=True, text=True, timeout=60, check=False)
     assert "version 2" in shown.stdout and "migrated" in shown.stdout
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_streaming_example_is_watched_from_another_process_as_its_docstring_shows(
+    tmp_path: Path, backend: str
+) -> None:
+    shell = OperatorShell(tmp_path, backend)
+    first = shell.python("streaming_refunds.py")
+    assert first.returncode == 0, first.stderr
+    rows = [line.split() for line in first.stdout.splitlines() if line[:4].strip().isdigit()]
+    assert [int(row[0]) for row in rows] == list(range(1, len(rows) + 1))
+    assert rows[-1][1] == "execution_paused" and "--approve" in first.stdout
+    # tether watch in another process, from the beginning, through the pause to the end.
+    with subprocess.Popen([TETHER, "--backend", backend, "watch", "refund-stream-1", "--through-pauses", "--json"],
+                          cwd=tmp_path, env=shell.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as watcher:
+        assert watcher.stdout is not None
+        seen = []
+        for line in watcher.stdout:  # until it has caught up with the pause
+            seen.append(read_event(line))
+            if seen[-1].type == "execution_paused":
+                break
+        second = shell.python("streaming_refunds.py", "--approve")
+        assert second.returncode == 0, second.stderr
+        seen += [read_event(line) for line in watcher.stdout]
+        assert watcher.wait(timeout=60) == 0
+    assert "shows on their statement within five working days." in second.stdout  # its tokens, streamed
+    assert [e.cursor for e in seen] == list(range(1, len(seen) + 1))  # no live event crosses processes
+    assert seen[-1].type == "execution_completed"
+    assert {"execution_resumed", "tool_result", "llm_turn"} <= {e.type for e in seen}
