@@ -36,6 +36,7 @@ from ._models import (
     StartResult,
 )
 from ._protocol import Store, check_limit
+from ._watch import committed
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -117,7 +118,8 @@ class MemoryStore(Store):
             seqs.append(run.next_seq)
             run.next_seq += 1
         if seqs:
-            self._journal_grew(run.execution.execution_id, seqs[-1])
+            execution_id = run.execution.execution_id
+            self._journal_grew(execution_id, seqs[-1], committed(execution_id, seqs, rows, _ts(now)))
         return seqs
 
     # -- executions ----------------------------------------------------------

@@ -183,11 +183,10 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
     ],
     [
         # Version 7: followers of an execution (tether watch, the events API) LISTEN on
-        # tether_journal, which every journal entry notifies with its execution's id;
-        # Postgres folds the notifications of one transaction into one per execution.
+        # tether_journal, which every journal entry notifies with "<seq>:<execution id>".
         """CREATE FUNCTION tether_notify_journal() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
-            PERFORM pg_notify('tether_journal', NEW.execution_id);
+            PERFORM pg_notify('tether_journal', NEW.seq || ':' || NEW.execution_id);
             RETURN NULL;
         END $$""",
         """CREATE TRIGGER tether_journal AFTER INSERT ON tether_journal

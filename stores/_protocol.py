@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     )
 
 from ._errors import ConfigurationError
-from ._watch import Check, JournalWatch, Watchers
+from ._watch import Check, Committed, JournalWatch, Watchers
 
 SCHEMA_VERSION = 7
 """The schema version this release writes; `setup()` migrates older databases to it."""
@@ -390,7 +390,7 @@ class Store(ABC):
     _watchers: Watchers | None = None
 
     @contextlib.asynccontextmanager
-    async def watch(self, execution_id: str) -> AsyncIterator[JournalWatch]:
+    async def watch(self, execution_id: str, *, elsewhere: bool = True) -> AsyncIterator[JournalWatch]:
         """Be woken when the journal of ``execution_id`` may have grown, while the block runs.
 
         Whoever wrote it: this store object (at once), another process or machine
@@ -399,7 +399,8 @@ class Store(ABC):
         then read the journal after your cursor, then ``await watch.wait()`` and read
         again: nothing committed after the watch opened can be missed. A wake may be
         spurious (another execution's write, on SQLite); the read after it then
-        finds nothing.
+        finds nothing. ``elsewhere=False`` listens to this store object alone (for a
+        run that this process drives, which nobody else may write to meanwhile).
 
         Example:
             ```python
@@ -411,7 +412,8 @@ class Store(ABC):
                     await watch.wait()
             ```
         """
-        async with self._change_source(execution_id) as (check, interval):
+        source = self._change_source(execution_id) if elsewhere else contextlib.nullcontext((None, 0.0))
+        async with source as (check, interval):
             watch = JournalWatch(execution_id, check, interval)
             if self._watchers is None:
                 self._watchers = Watchers()
@@ -428,14 +430,16 @@ class Store(ABC):
         """
         return contextlib.nullcontext((_always, 0.5))
 
-    def _journal_grew(self, execution_id: str, upto: int | None = None) -> None:
+    def _journal_grew(self, execution_id: str, upto: int | None = None, entries: Committed | None = None) -> None:
         """Wake this store's watches of ``execution_id``: call after a commit that appended to its journal.
 
-        ``upto``: the last sequence number it wrote, when known.
+        ``upto``: the last sequence number it wrote, when known; ``entries``: what it
+        wrote, as `read_journal` would return it (made only if a watch wants it), so a
+        follower in this process need not read it back.
         """
         watchers = self._watchers
         if watchers:
-            watchers.poke(execution_id, upto)
+            watchers.poke(execution_id, upto, entries)
 
     def worker_slot(self) -> AbstractContextManager[None]:
         """Hold this process's place among the store's workers, for a ``with`` block.

@@ -10,12 +10,48 @@ costs one empty read and a missed one is impossible once the watch is open.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any, NamedTuple
 
 import anyio
 
+from . import _json
+
 Check = Callable[[], Awaitable[bool]]
 """Whether something may have changed since the last check (a periodic, cheap question)."""
+
+class Handed(NamedTuple):
+    """A journal entry a write committed, handed to the watches of its execution.
+
+    The fields of a `JournalEntry` (the payload freshly parsed from what was
+    stored), without a model's cost: it is made for every entry a follower sees.
+    """
+
+    execution_id: str
+    seq: int
+    path: str
+    label: str
+    kind: str
+    payload: Any
+    created_at: datetime
+
+
+Committed = Callable[[], list[Handed]]
+"""The entries a write committed, made only if a watch wants them."""
+
+HANDED_KEPT = 1000
+"""Entries a watch keeps for a reader that has not taken them; past that it reads them from the store."""
+
+
+def committed(execution_id: str, seqs: list[int], rows: list[tuple[str, str, str, str]],
+              at: datetime) -> Committed:
+    """What a write of ``rows`` (as `entry_rows` encoded them) committed, read back as the store would."""
+    def entries() -> list[Handed]:
+        return [Handed(execution_id, seq, path, label, kind, _json.loads(payload), at)
+                for seq, (path, label, kind, payload) in zip(seqs, rows, strict=True)]
+    return entries
 
 
 class JournalWatch:
@@ -33,13 +69,32 @@ class JournalWatch:
         self._poked = False
         self._event: anyio.Event | None = None
         self.on_grew: Callable[[int], object] | None = None
-        """Called at once, with the last sequence number written, when this store object grew
-        the journal: a follower orders its live events by it. Before any waiter wakes."""
+        """Called at once, with the last sequence number written, when the journal grew to
+        a known entry: a follower orders its live events by it. Before any waiter wakes."""
+        self.grown_to = 0
+        """The last entry the journal is known to have grown to (0: none known)."""
+        self.unknown = True
+        """The journal may have grown, nobody knows how far (a change another connection made):
+        read it. True at first, so that the first read happens."""
+        self.handed: deque[Handed] = deque()
+        """Entries this store object committed, handed over so that a reader need not read them."""
 
-    def poke(self, upto: int | None = None) -> None:
-        """The journal may have grown (to ``upto``): wake a waiter (on the watch's event loop)."""
-        if self.on_grew is not None and upto is not None:
-            self.on_grew(upto)
+    def poke(self, upto: int | None = None, entries: list[Handed] | None = None) -> None:
+        """The journal may have grown (to entry ``upto``, with ``entries``): wake a waiter.
+
+        Call it on the watch's event loop.
+        """
+        if upto is None:
+            self.unknown = True
+        else:
+            self.grown_to = max(self.grown_to, upto)
+            if self.on_grew is not None:
+                self.on_grew(upto)
+        if entries:
+            if len(self.handed) + len(entries) > HANDED_KEPT:
+                self.handed.clear()  # a reader this far behind reads from the store
+            else:
+                self.handed.extend(entries)
         self.wake()
 
     def wake(self) -> None:
@@ -58,6 +113,7 @@ class JournalWatch:
             with anyio.move_on_after(self._interval):
                 await self._event.wait()
             if not self._poked and await self._check():
+                self.unknown = True
                 break
         self._poked = False
         self._event = None
@@ -72,6 +128,9 @@ class Watchers:
     def __bool__(self) -> bool:
         return bool(self._by_id)
 
+    def has(self, execution_id: str) -> bool:
+        return execution_id in self._by_id
+
     def add(self, watch: JournalWatch) -> None:
         self._by_id.setdefault(watch.execution_id, set()).add(watch)
 
@@ -82,10 +141,14 @@ class Watchers:
             if not alike:
                 del self._by_id[watch.execution_id]
 
-    def poke(self, execution_id: str, upto: int | None = None) -> None:
-        """The journal of ``execution_id`` grew (to ``upto``, when known): wake its watches."""
-        for watch in self._by_id.get(execution_id, ()):
-            watch.poke(upto)
+    def poke(self, execution_id: str, upto: int | None = None, entries: Committed | None = None) -> None:
+        """The journal of ``execution_id`` grew (to ``upto``, when known, by ``entries``): wake its watches."""
+        watches = self._by_id.get(execution_id)
+        if not watches:
+            return
+        handed = entries() if entries is not None else None
+        for watch in watches:
+            watch.poke(upto, handed)
 
     def poke_all(self) -> None:
         """Something changed, nobody knows where (a reconnected listener): wake every watch."""

@@ -16,10 +16,10 @@ from collections import deque
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
-from tether.stores import JournalEntry, Json, NewEntry, PendingInterrupt
+from tether.stores import Json, NewEntry, PendingInterrupt
 
 from .idempotent import current_step
 
@@ -234,7 +234,26 @@ def verdict(root_path: str, status: str, **payload: Any) -> NewEntry:
     return NewEntry(path=root_path, label=status, payload=payload)
 
 
-def from_entry(entry: JournalEntry, pending: dict[str, PendingInterrupt] | None = None) -> Event:
+class Entry(Protocol):
+    """A journal entry as `from_entry` reads it: a `JournalEntry`, or one a store handed over."""
+
+    @property
+    def execution_id(self) -> str: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def label(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def payload(self) -> Any: ...
+    @property
+    def created_at(self) -> datetime: ...
+
+
+def from_entry(entry: Entry, pending: dict[str, PendingInterrupt] | None = None) -> Event:
     """The event a journal entry is. ``pending``: the execution's pending rows by path, if read."""
     base: dict[str, Any] = {"execution_id": entry.execution_id, "path": entry.path, "label": entry.label,
                             "cursor": entry.seq, "at": entry.created_at}

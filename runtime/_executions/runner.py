@@ -217,19 +217,24 @@ class Runner:
             ```
         """
         data = self._input(input)
-        async with anyio.create_task_group() as tg, \
-                events(self._store(), execution_id, _must_exist=False) as followed:
-            async def run() -> None:
-                result, error = None, None
-                try:
-                    result = await self.run(data, execution_id=execution_id)
-                except Exception as exc:  # noqa: BLE001 - raised to the follower, or at the block's end
-                    error = exc
-                finally:
-                    followed._run_returned(result, error)
+        try:
+            async with anyio.create_task_group() as tg, \
+                    events(self._store(), execution_id, _driven_here=True) as followed:
+                async def run() -> None:
+                    result, error = None, None
+                    try:
+                        result = await self.run(data, execution_id=execution_id)
+                    except Exception as exc:  # noqa: BLE001 - raised to the follower, or at the block's end
+                        error = exc
+                    finally:
+                        followed._run_returned(result, error)
 
-            tg.start_soon(run)
-            yield followed
+                tg.start_soon(run)
+                yield followed
+        except BaseExceptionGroup as group:
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None  # the block's own error, as it raised it
+            raise
         if followed._error is not None:
             raise followed._error  # the block never iterated to it
 

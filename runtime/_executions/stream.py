@@ -21,7 +21,11 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from tether.runtime._core.execution import RunResult
+    from collections.abc import Sequence
+
+    from tether.runtime._core.events import Entry
     from tether.stores import JournalWatch, Store
+    from tether.stores._watch import Handed
 
 Until = Literal["finished", "paused"]
 
@@ -94,11 +98,21 @@ class EventStream:
         raise StopAsyncIteration
 
     async def _read(self, upto: int | None = None) -> bool:
-        """Read the journal after the cursor (up to entry ``upto``) into the batch; False when there is nothing new."""
-        limit = _PAGE if upto is None else min(_PAGE, upto - self.cursor)
-        if limit <= 0:
-            return False
-        entries = await self.store.read_journal(self.execution_id, after_seq=self.cursor, limit=limit)
+        """Put the journal after the cursor (up to entry ``upto``) into the batch; False when there is nothing new.
+
+        What this store object wrote was handed to the watch: it is taken from there,
+        and the store is read only for what others wrote, or what a slow reader let go.
+        """
+        entries: Sequence[Entry] = self._handed(upto)
+        if not entries:
+            watch = self._watch
+            wanted = upto if upto is not None else None if watch.unknown else watch.grown_to
+            if wanted is not None and wanted <= self.cursor:
+                return False  # nothing is known to be there: no read
+            if upto is None:
+                watch.unknown = False  # a change from now on sets it again
+            limit = _PAGE if wanted is None else min(_PAGE, wanted - self.cursor)
+            entries = await self.store.read_journal(self.execution_id, after_seq=self.cursor, limit=limit)
         if upto is None and self._feed is not None and entries:
             # Live events may have come while it read: nothing committed after them goes first.
             bound = self._feed.bound(self._known)
@@ -115,6 +129,19 @@ class EventStream:
         self._batch.extend(from_entry(entry, pending) for entry in entries)
         return True
 
+    def _handed(self, upto: int | None) -> list[Handed]:
+        """The entries handed to the watch that come next, up to ``upto``."""
+        handed = self._watch.handed
+        entries: list[Handed] = []
+        while handed and handed[0].seq <= self.cursor:
+            handed.popleft()  # read from the store already
+        following = self.cursor + 1
+        while handed and handed[0].seq == following and (upto is None or following <= upto) \
+                and len(entries) < _PAGE:
+            entries.append(handed.popleft())
+            following += 1
+        return entries
+
     def _run_returned(self, result: RunResult | None, error: BaseException | None) -> None:
         self.result, self._error, self._over = result, error, True
         self._watch.wake()
@@ -129,7 +156,7 @@ async def events(
     until: Until = "finished",
     live: bool = True,
     buffer: int = 1000,
-    _must_exist: bool = True,
+    _driven_here: bool = False,
 ) -> AsyncIterator[EventStream]:
     """Follow an execution's events, wherever it runs: here, in a worker, on another machine.
 
@@ -167,9 +194,11 @@ async def events(
         raise ConfigurationError(f"buffer={buffer!r}: keep at least one live event for a slow reader.")
     if until not in ("finished", "paused"):
         raise ConfigurationError(f"until={until!r}: follow until 'finished' (the default) or 'paused'.")
-    async with store.watch(execution_id) as watch:
+    # A run this process drives (`Runner.stream`) holds its lease: only this store object
+    # writes its journal meanwhile, and hands what it writes over, so nothing else is watched.
+    async with store.watch(execution_id, elsewhere=not _driven_here) as watch:
         execution = await store.get_execution(execution_id)
-        if execution is None and _must_exist:
+        if execution is None and not _driven_here:
             raise ExecutionNotFound(execution_id)
         feed = LiveFeed(execution_id, watch.wake, buffer) if live else None
         if feed is not None:

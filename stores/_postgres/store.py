@@ -48,6 +48,7 @@ from .._models import (
     StartResult,
 )
 from .._protocol import SCHEMA_VERSION, check_limit, version_pairs
+from .._watch import committed
 from .pool import ConnectionPool, connect_detached, finish_detached
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ _INSERT_ENTRIES = """
     SELECT $1, bump.first + e.ord - 1, e.path, e.label, e.kind, e.payload::json, now()
     FROM bump, unnest($5::text[], $6::text[], $7::text[], $8::text[])
         WITH ORDINALITY AS e(path, label, kind, payload, ord)
-    RETURNING seq
+    RETURNING seq, created_at
 """
 # A lock id for migrations, so concurrent starters apply them once.
 _MIGRATION_LOCK = 0x7E7E_0001
@@ -195,6 +196,7 @@ class PostgresStore(DriverStore):
         self._journal_listener: PostgresListener | None = None
         self._followers = 0
         self._follow_lock: anyio.Lock | None = None
+        self._appending: dict[str, int] = {}  # followed executions this object is appending to now
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact(self.dsn)!r})"
@@ -382,8 +384,21 @@ class PostgresStore(DriverStore):
                 return
             schedule = threadsafe_scheduler()
             grew = self._journal_grew
-            self._journal_listener = await self._listen_on(
-                "tether_journal", lambda execution_id: schedule(lambda: grew(execution_id)))
+
+            appending = self._appending
+
+            def told(execution_id: str, seq: int) -> None:
+                if not appending.get(execution_id):  # else this object's own append, handed over next
+                    grew(execution_id, seq)
+
+            def notified(payload: str) -> None:
+                seq, _, execution_id = payload.partition(":")  # the trigger's "<seq>:<execution id>"
+                if seq.isdigit():
+                    schedule(lambda: told(execution_id, int(seq)))
+                else:  # not the trigger's: wake whoever follows that id, and let them read
+                    schedule(lambda: grew(payload))
+
+            self._journal_listener = await self._listen_on("tether_journal", notified)
             if listener is not None and self._watchers:
                 self._watchers.poke_all()  # what was written while it was away
 
@@ -622,17 +637,28 @@ class PostgresStore(DriverStore):
         rows = entry_rows(entries)
         if not rows:
             return []
-        out = await self._fetch(
-            f"""WITH bump AS (
-                UPDATE tether_executions SET next_seq = next_seq + $4
-                WHERE {_FENCE} RETURNING next_seq - $4 AS first
-            ) {_INSERT_ENTRIES}""",
-            lease.execution_id, lease.epoch, lease.owner, len(rows), *_columns(rows), write=True,
-        )
+        execution_id = lease.execution_id
+        followed = self._watchers is not None and self._watchers.has(execution_id)
+        if followed:  # its NOTIFY is not news here: the entries are handed over below
+            self._appending[execution_id] = self._appending.get(execution_id, 0) + 1
+        try:
+            out = await self._fetch(
+                f"""WITH bump AS (
+                    UPDATE tether_executions SET next_seq = next_seq + $4
+                    WHERE {_FENCE} RETURNING next_seq - $4 AS first
+                ) {_INSERT_ENTRIES}""",
+                execution_id, lease.epoch, lease.owner, len(rows), *_columns(rows), write=True,
+            )
+        finally:
+            if followed:
+                left = self._appending.pop(execution_id) - 1
+                if left:
+                    self._appending[execution_id] = left
         if not out:
             raise await self._explain_fence(lease)
         seqs = sorted(r["seq"] for r in out)
-        self._journal_grew(lease.execution_id, seqs[-1])
+        self._journal_grew(lease.execution_id, seqs[-1],
+                           committed(lease.execution_id, seqs, rows, out[0]["created_at"]))
         return seqs
 
     async def rewrite(self, lease: Lease, journal: Sequence[JournalEntry], *,

@@ -51,6 +51,7 @@ from .._models import (
     StartResult,
 )
 from .._protocol import check_limit, version_pairs
+from .._watch import committed
 from . import _aiosqlite
 from .check import find_problems
 from .errors import DAMAGE_HINT, map_errors, missing_store, refused
@@ -490,7 +491,7 @@ class SQLiteStore(DriverStore):
         result_json = _json.dumps(result, what="the execution's result") if final else None
         wake = None if final or wake_at is None else to_us(wake_at)
 
-        def fn(db: sqlite3.Connection, now: int) -> list[int]:
+        def fn(db: sqlite3.Connection, now: int) -> tuple[list[int], int]:
             self._fence(
                 db, lease,
                 "lease_owner = NULL, lease_expires_at = NULL, status = coalesce(?, status), "
@@ -500,11 +501,11 @@ class SQLiteStore(DriverStore):
             )
             if final:
                 db.execute("DELETE FROM tether_pending WHERE execution_id = ?", (lease.execution_id,))
-            return self._insert_entries(db, lease.execution_id, rows, now)
+            return self._insert_entries(db, lease.execution_id, rows, now), now
 
-        seqs = await self._write(fn)
+        seqs, at = await self._write(fn)
         if seqs:
-            self._journal_grew(lease.execution_id, seqs[-1])
+            self._journal_grew(lease.execution_id, seqs[-1], committed(lease.execution_id, seqs, rows, from_us(at)))
         return seqs
 
     # -- journal -------------------------------------------------------------
@@ -513,16 +514,17 @@ class SQLiteStore(DriverStore):
         rows = entry_rows(entries)
         if len(rows) == 1:
             row = rows[0]
-            seqs = await self._write(lambda db, now: [self._append_one(db, lease, row, now)], one_statement=True)
+            seqs, at = await self._write(lambda db, now: ([self._append_one(db, lease, row, now)], now),
+                                         one_statement=True)
         elif not rows:
             return []
         else:
-            def fn(db: sqlite3.Connection, now: int) -> list[int]:
+            def fn(db: sqlite3.Connection, now: int) -> tuple[list[int], int]:
                 self._fence(db, lease)
-                return self._insert_entries(db, lease.execution_id, rows, now)
+                return self._insert_entries(db, lease.execution_id, rows, now), now
 
-            seqs = await self._write(fn)
-        self._journal_grew(lease.execution_id, seqs[-1])
+            seqs, at = await self._write(fn)
+        self._journal_grew(lease.execution_id, seqs[-1], committed(lease.execution_id, seqs, rows, from_us(at)))
         return seqs
 
     def _append_one(self, db: sqlite3.Connection, lease: Lease, row: tuple[str, str, str, str], now: int) -> int:

@@ -254,3 +254,13 @@ async def test_an_unknown_execution_is_not_found(store: Store) -> None:
     with pytest.raises(ExecutionNotFound):
         async with events(store, "nobody"):
             pass
+
+
+async def test_an_error_in_the_block_comes_out_as_itself_and_stops_the_run(store: Store) -> None:
+    chain = build("approval", store)
+    with pytest.raises(KeyError, match="mine"):
+        async with chain.stream({}, execution_id="oops") as stream:
+            async for _ in stream:
+                raise KeyError("mine")
+    execution = await store.get_execution("oops")
+    assert execution is not None and not execution.finished  # recoverable, as any interrupted run
