@@ -18,12 +18,10 @@ from tether.runtime._core.events import (
 from tether.stores import ConfigurationError, ExecutionNotFound
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
-    from tether.runtime._core.execution import RunResult
-    from collections.abc import Sequence
+    from collections.abc import AsyncIterator, Sequence
 
     from tether.runtime._core.events import Entry
+    from tether.runtime._core.execution import RunResult
     from tether.stores import JournalWatch, Store
     from tether.stores._watch import Handed
 
