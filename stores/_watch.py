@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable
-from datetime import datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 
 from . import _json
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 Check = Callable[[], Awaitable[bool]]
 """Whether something may have changed since the last check (a periodic, cheap question)."""

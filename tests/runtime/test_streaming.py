@@ -258,9 +258,13 @@ async def test_an_unknown_execution_is_not_found(store: Store) -> None:
 
 async def test_an_error_in_the_block_comes_out_as_itself_and_stops_the_run(store: Store) -> None:
     chain = build("approval", store)
-    with pytest.raises(KeyError, match="mine"):
+
+    async def stop_at_the_first_event() -> None:
         async with chain.stream({}, execution_id="oops") as stream:
             async for _ in stream:
                 raise KeyError("mine")
+
+    with pytest.raises(KeyError, match="mine"):
+        await stop_at_the_first_event()
     execution = await store.get_execution("oops")
     assert execution is not None and not execution.finished  # recoverable, as any interrupted run
