@@ -183,10 +183,21 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
     ],
     [
         # Version 7: followers of an execution (tether watch, the events API) LISTEN on
-        # tether_journal, which every journal entry notifies with "<seq>:<execution id>".
+        # tether_journal, and say so in tether_followers until their row expires; a journal
+        # entry of a followed execution notifies "<seq>:<execution id>". Only those: a NOTIFY
+        # makes its transaction take a lock that serializes every commit that notifies.
+        """CREATE TABLE tether_followers (
+            execution_id text NOT NULL,
+            follower text NOT NULL,
+            expires_at timestamptz NOT NULL,
+            PRIMARY KEY (execution_id, follower)
+        )""",
         """CREATE FUNCTION tether_notify_journal() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
-            PERFORM pg_notify('tether_journal', NEW.seq || ':' || NEW.execution_id);
+            IF EXISTS (SELECT 1 FROM tether_followers
+                       WHERE execution_id = NEW.execution_id AND expires_at > now()) THEN
+                PERFORM pg_notify('tether_journal', NEW.seq || ':' || NEW.execution_id);
+            END IF;
             RETURN NULL;
         END $$""",
         """CREATE TRIGGER tether_journal AFTER INSERT ON tether_journal

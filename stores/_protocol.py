@@ -387,6 +387,16 @@ class Store(ABC):
 
     # -- followers -----------------------------------------------------------
 
+    @property
+    def identity(self) -> object:
+        """The data this store object opens: equal for two store objects on the same database.
+
+        Live events of a run reach the followers in this process of the same
+        execution id on the same data, not those of another database that
+        happens to hold the same id. By default, the object itself.
+        """
+        return self
+
     _watchers: Watchers | None = None
 
     @contextlib.asynccontextmanager

@@ -75,9 +75,9 @@ class JournalWatch:
         a known entry: a follower orders its live events by it. Before any waiter wakes."""
         self.grown_to = 0
         """The last entry the journal is known to have grown to (0: none known)."""
-        self.unknown = True
-        """The journal may have grown, nobody knows how far (a change another connection made):
-        read it. True at first, so that the first read happens."""
+        self.stirred = 0
+        """How many times the journal may have grown by an unknown amount (a change another
+        connection made): a reader that saw fewer reads it."""
         self.handed: deque[Handed] = deque()
         """Entries this store object committed, handed over so that a reader need not read them."""
 
@@ -87,7 +87,7 @@ class JournalWatch:
         Call it on the watch's event loop.
         """
         if upto is None:
-            self.unknown = True
+            self.stirred += 1
         else:
             self.grown_to = max(self.grown_to, upto)
             if self.on_grew is not None:
@@ -115,7 +115,7 @@ class JournalWatch:
             with anyio.move_on_after(self._interval):
                 await self._event.wait()
             if not self._poked and await self._check():
-                self.unknown = True
+                self.stirred += 1
                 break
         self._poked = False
         self._event = None

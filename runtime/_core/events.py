@@ -12,12 +12,14 @@ make up is, so a follower that was away sees that message, not its tokens.
 from __future__ import annotations
 
 import itertools
+import threading
 from collections import deque
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol, get_args
 
+import anyio.from_thread
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from tether.stores import Json, NewEntry, PendingInterrupt
 
@@ -25,6 +27,8 @@ from .idempotent import current_step
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from tether.stores import Store
 
 
 class _Event(BaseModel):
@@ -322,8 +326,12 @@ class LiveFeed:
     the next turn's after it, however far behind the follower is.
     """
 
-    def __init__(self, execution_id: str, on_event: Callable[[], object], size: int = 1000) -> None:
+    def __init__(self, store: Store, execution_id: str, on_event: Callable[[], object], size: int = 1000) -> None:
         self.execution_id = execution_id
+        self.key = (store.identity, execution_id)
+        """What it follows: the execution, on this database (another one may have the same id)."""
+        self.thread = threading.get_ident()
+        """The thread of the follower's event loop: a publisher on another one hands its events over."""
         self.items: deque[Event | Grew] = deque()
         self.size = size
         self.dropped = 0
@@ -383,20 +391,20 @@ class Grew:
     upto: int
 
 
-_feeds: dict[str, set[LiveFeed]] = {}
-"""This process's live followers, by execution id (one event loop's; see `emit`)."""
+_feeds: dict[tuple[object, str], set[LiveFeed]] = {}
+"""This process's live followers, by the store's `identity` and the execution id."""
 
 
 def subscribe(feed: LiveFeed) -> None:
-    _feeds.setdefault(feed.execution_id, set()).add(feed)
+    _feeds.setdefault(feed.key, set()).add(feed)
 
 
 def unsubscribe(feed: LiveFeed) -> None:
-    alike = _feeds.get(feed.execution_id)
+    alike = _feeds.get(feed.key)
     if alike is not None:
         alike.discard(feed)
         if not alike:
-            del _feeds[feed.execution_id]
+            del _feeds[feed.key]
 
 
 step_label: ContextVar[str | None] = ContextVar("tether_step_label", default=None)
@@ -409,7 +417,8 @@ def emit(kind: type[_Event], label: str | None = None, **fields: Any) -> None:
     It goes to this process's followers of the execution (`tether.runtime.events`,
     ``runner.stream``) and is never journaled. Costs a lookup when nobody
     follows; does nothing outside an execution. Call it on the event loop's
-    thread. Its path is the running actor's; ``label`` names the step, as the
+    thread, or in a worker thread anyio started (a sync node or tool). Its path is
+    the running actor's; ``label`` names the step, as the
     journal will (``turn:3``, ``node:charge``), by default the durable step
     running now.
 
@@ -425,24 +434,28 @@ def emit(kind: type[_Event], label: str | None = None, **fields: Any) -> None:
         label = step_label.get() or ""
     journal = step.journal
     execution_id = journal.lease.execution_id
-    feeds = _feeds.get(execution_id)
+    feeds = _feeds.get((journal.store.identity, execution_id))
     if not feeds:
         return
-    event = kind(execution_id=execution_id, path=journal.path, label=label, **fields)
+    event: Any = kind(execution_id=execution_id, path=journal.path, label=label, **fields)
+    here = threading.get_ident()
     for feed in tuple(feeds):
-        feed.put(event)  # type: ignore[arg-type]
+        if feed.thread == here:
+            feed.put(event)
+            continue
+        # A sync node or tool, in a worker thread: the follower's loop puts it in its feed.
+        try:
+            anyio.from_thread.run_sync(feed.put, event)
+        except RuntimeError:
+            pass  # not a thread anyio started, nor the loop's: nobody here can take it
 
 
-def following(execution_id: str | None = None) -> bool:
-    """Whether anyone in this process follows ``execution_id`` (the current execution's by default).
+def following() -> bool:
+    """Whether anyone in this process follows the execution running now.
 
     An adapter asks before it does work only a follower needs (streaming a reply).
     """
     if not _feeds:
         return False
-    if execution_id is None:
-        step = current_step.get()
-        if step is None:
-            return False
-        execution_id = step.journal.lease.execution_id
-    return execution_id in _feeds
+    step = current_step.get()
+    return step is not None and (step.journal.store.identity, step.journal.lease.execution_id) in _feeds

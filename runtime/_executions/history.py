@@ -169,6 +169,7 @@ async def fork(
     kept = [entry.model_copy(update={"execution_id": new_execution_id}) for entry in journal[:cut]]
     if update is not _UNSET:
         kept[-1] = _updated(kept, kept[-1], update, execution_id)
+    kept = [entry for entry in kept if not _final_verdict(entry)]  # the fork's verdict will be its own
     lineage: dict[str, JsonValue] = {"from": execution_id, "at": journal[cut - 1].seq, "label": journal[cut - 1].label,
                "updated": update is not _UNSET, "effects": effects}
     # Made in two steps, SIGKILL-safe: the row first, under a version no runner has (nothing
@@ -275,3 +276,8 @@ def _updated(journal: list[JournalEntry], entry: JournalEntry, update: JsonValue
             f"to update: fork at a step (a node, a turn, a tool call) or a decision, or leave update out."
         )
     return entry.model_copy(update={"payload": changed})
+
+
+def _final_verdict(entry: JournalEntry) -> bool:
+    """Whether ``entry`` is an execution's last word: completed, failed or cancelled, at its root."""
+    return "/" not in entry.path and entry.label in ("completed", "failed", "cancelled")

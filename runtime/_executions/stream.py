@@ -6,6 +6,7 @@ import contextlib
 from collections import deque
 from typing import TYPE_CHECKING, Literal
 
+import anyio
 from tether.runtime._core.events import (
     FINAL_EVENTS,
     Event,
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 Until = Literal["finished", "paused"]
 
 _PAGE = 500  # journal entries read at a time: a follower far behind catches up in pages
+_ROW_AGAIN = 10.0  # seconds after which an idle follower asks the execution's row again
 
 
 class EventStream:
@@ -60,6 +62,9 @@ class EventStream:
         self._ended = False
         self._upto: int | None = None  # the entry to read up to before the next live event
         self._known = after  # the last entry known to come before the live events waiting
+        self._read_stirred = -1  # the watch's count of others' changes that the last full read saw
+        self._row_seen: tuple[int, float] | None = None  # the cursor, and when, the execution's row was read
+        self._driven_here = False  # the run is this process's (`Runner.stream`): its return ends it
 
     def __aiter__(self) -> EventStream:
         return self
@@ -88,6 +93,10 @@ class EventStream:
                 continue
             if self._over or (self._until == "paused" and self._last == "execution_paused"):
                 break
+            if await self._settled():
+                if await self._read(everything=True):
+                    continue  # what was committed just before the row said so
+                break
             await self._watch.wait()
         self._ended = True
         if self._error is not None:
@@ -95,7 +104,26 @@ class EventStream:
             raise error
         raise StopAsyncIteration
 
-    async def _read(self, upto: int | None = None) -> bool:
+    async def _settled(self) -> bool:
+        """Caught up and idle: whether the execution's row says nothing more is coming.
+
+        Asked once per cursor position (and again after a while, when the follower gets to
+        ask: an SSE stream does every 15 s), not on every wake. It ends a follower of a run
+        that finished, or paused (``until="paused"``), without a verdict after the cursor:
+        one that followed from the verdict's own cursor, a run paused by a tether too old
+        to journal its verdicts, a migrated run. A deleted execution raises.
+        """
+        now = anyio.current_time()
+        if self._driven_here or (self._row_seen is not None and self._row_seen[0] == self.cursor
+                                 and now - self._row_seen[1] < _ROW_AGAIN):
+            return False
+        self._row_seen = (self.cursor, now)
+        execution = await self.store.get_execution(self.execution_id)
+        if execution is None:
+            raise ExecutionNotFound(self.execution_id)
+        return execution.finished or (self._until == "paused" and execution.status == "paused")
+
+    async def _read(self, upto: int | None = None, *, everything: bool = False) -> bool:
         """Put the journal after the cursor (up to entry ``upto``) into the batch; False when there is nothing new.
 
         What this store object wrote was handed to the watch: it is taken from there,
@@ -104,13 +132,15 @@ class EventStream:
         entries: Sequence[Entry] = self._handed(upto)
         if not entries:
             watch = self._watch
-            wanted = upto if upto is not None else None if watch.unknown else watch.grown_to
+            stirred = watch.stirred  # other writers' changes, counted: one during the read is not lost
+            elsewhere = everything or stirred != self._read_stirred
+            wanted = upto if upto is not None else None if elsewhere else watch.grown_to
             if wanted is not None and wanted <= self.cursor:
                 return False  # nothing is known to be there: no read
-            if upto is None:
-                watch.unknown = False  # a change from now on sets it again
             limit = _PAGE if wanted is None else min(_PAGE, wanted - self.cursor)
             entries = await self.store.read_journal(self.execution_id, after_seq=self.cursor, limit=limit)
+            if upto is None and len(entries) < limit:
+                self._read_stirred = stirred  # caught up with what others wrote until the read began
         if upto is None and self._feed is not None and entries:
             # Live events may have come while it read: nothing committed after them goes first.
             bound = self._feed.bound(self._known)
@@ -198,14 +228,13 @@ async def events(
         execution = await store.get_execution(execution_id)
         if execution is None and not _driven_here:
             raise ExecutionNotFound(execution_id)
-        feed = LiveFeed(execution_id, watch.wake, buffer) if live else None
+        feed = LiveFeed(store, execution_id, watch.wake, buffer) if live else None
         if feed is not None:
             watch.on_grew = feed.grew
             subscribe(feed)
         try:
             stream = EventStream(store, execution_id, watch, feed, after=after, until=until)
-            # A finished execution's journal grows no more: what is there is all of it.
-            stream._over = execution is not None and execution.finished
+            stream._driven_here = _driven_here
             yield stream
         finally:
             if feed is not None:

@@ -370,6 +370,7 @@ def recover(settings: Settings, execution_id: str, app: str, force: bool, as_jso
 @cli.command()
 @click.argument("execution_id")
 @click.option("--after", default=0, show_default=True, metavar="CURSOR",
+              type=click.IntRange(0, _watching.LAST_CURSOR),
               help="Only events after this cursor (the first column; 0: from the beginning).")
 @click.option("--through-pauses", is_flag=True, help="Keep following while it waits for a decision, to its end.")
 @click.option("--json", "as_json", is_flag=True, help="One event per line, as JSON.")

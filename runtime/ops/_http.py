@@ -246,7 +246,17 @@ def create_app(
         return await _sse.event_response(operator.store, request.path_params["execution_id"],
                                          after=after, until=until)
 
-    api_events = api(follow)
+    async def follow_or_show(request: Request) -> Response:
+        # An id may itself end in "/events": an execution of that whole id is shown, not followed.
+        whole = request.path_params["execution_id"] + "/events"
+        if await operator.store.get_execution(request.path_params["execution_id"]) is None and \
+                await operator.store.get_execution(whole) is not None:
+            request.path_params["execution_id"] = whole
+            return await (get_execution if request.url.path.startswith(_base(request) + "/api/")
+                          else execution_page)(request)
+        return await follow(request)
+
+    api_events = api(follow_or_show)
 
     @api
     async def resume(request: Request) -> Response:
@@ -352,7 +362,7 @@ def create_app(
         if not logged_in(request):
             return _problem(401, "Log in at /login to follow this execution.")
         try:
-            return await follow(request)
+            return await follow_or_show(request)
         except ExecutionNotFound as exc:
             return _problem(404, str(exc))
 

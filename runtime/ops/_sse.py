@@ -19,6 +19,8 @@ from starlette.responses import StreamingResponse
 from tether.runtime._executions.stream import events
 from tether.stores import ConfigurationError, ExecutionNotFound
 
+from ._watching import LAST_CURSOR
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
@@ -35,15 +37,20 @@ def resume_point(request: Request) -> int:
     """The cursor to continue after: ``Last-Event-ID``, else ``?after=``, else 0.
 
     Raises:
-        ConfigurationError: It is not a cursor (a whole number from 0 up).
+        ConfigurationError: It is not a cursor (a whole number from 0 to `LAST_CURSOR`).
     """
     given = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-    if not given.isdigit():
+    # ASCII digits only (str.isdigit takes "²", which int() refuses), and few enough of them for
+    # int() and for the store: a larger number would fail the journal's read, after the 200 went.
+    digits = given.lstrip("0") or "0"
+    if not (given.isascii() and given.isdigit()) or len(digits) > len(str(LAST_CURSOR)) \
+            or int(digits) > LAST_CURSOR:
+        shown = given if len(given) <= 40 else given[:40] + "..."
         raise ConfigurationError(
-            f"Cannot continue after {given!r}: send the id of the last event received (Last-Event-ID, "
+            f"Cannot continue after {shown!r}: send the id of the last event received (Last-Event-ID, "
             f"or ?after=) as a whole number, or 0 for the beginning."
         )
-    return int(given)
+    return int(digits)
 
 
 def until_of(request: Request) -> Until:
@@ -55,7 +62,8 @@ def until_of(request: Request) -> Until:
 
 def encode(event: Event) -> str:
     """One event as an SSE message."""
-    data = json.dumps(event.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":"))
+    # ASCII: a lone surrogate a store kept (JSON allows it) must not make the stream unsendable.
+    data = json.dumps(event.model_dump(mode="json"), separators=(",", ":"))
     head = f"id: {event.cursor}\n" if event.cursor is not None else ""
     return f"{head}event: {event.type}\ndata: {data}\n\n"
 

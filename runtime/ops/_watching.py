@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from tether.runtime._executions.stream import Until
     from tether.stores import Store
 
+LAST_CURSOR = 2**63 - 1
+"""The largest cursor a store holds (a journal seq is SQLite's INTEGER, Postgres' bigint)."""
+
 _BASE = frozenset({"execution_id", "path", "label", "cursor", "at", "type"})
 _STYLES = {"execution_completed": "green", "execution_failed": "red", "execution_cancelled": "yellow",
            "execution_paused": "yellow", "interrupt": "yellow", "execution_resumed": "cyan"}
@@ -35,7 +38,7 @@ async def watch(store: Store, execution_id: str, console: Console, *, after: int
         async for event in stream:
             last = event
             if as_json:
-                console.out(json.dumps(event.model_dump(mode="json"), ensure_ascii=False), highlight=False)
+                console.out(json.dumps(event.model_dump(mode="json")), highlight=False)  # ASCII: always printable
                 continue
             if event.type == "token":
                 console.out(event.text, end="", highlight=False)

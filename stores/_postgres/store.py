@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import uuid
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -31,6 +32,7 @@ from .._errors import (
     StoreError,
     StoreNotFound,
     StoreUnavailable,
+    UsageError,
 )
 from .._json import entry_rows
 from .._migrations import POSTGRES_MIGRATIONS
@@ -77,6 +79,8 @@ _INSERT_ENTRIES = """
         WITH ORDINALITY AS e(path, label, kind, payload, ord)
     RETURNING seq, created_at
 """
+_FOLLOWER_SECONDS = 60
+"""How long a follower's row asks for notifications; it is renewed every third of that."""
 # A lock id for migrations, so concurrent starters apply them once.
 _MIGRATION_LOCK = 0x7E7E_0001
 
@@ -200,6 +204,10 @@ class PostgresStore(DriverStore):
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact(self.dsn)!r})"
+
+    @property
+    def identity(self) -> object:
+        return ("postgresql", self.dsn, self.schema)
 
     # -- plumbing ------------------------------------------------------------
 
@@ -349,8 +357,19 @@ class PostgresStore(DriverStore):
         # first and closed with the last. If it drops, watches re-read every second and
         # the next check listens again.
         await self._follow()
+        follower = uuid.uuid4().hex
         try:
+            # Listening first, then said: nothing notified in between is missed, and the
+            # follower reads the journal after this anyway.
+            await self._say_following(execution_id, follower)
+            said = anyio.current_time()
+
             async def check() -> bool:
+                nonlocal said
+                if anyio.current_time() - said > _FOLLOWER_SECONDS / 3:
+                    with contextlib.suppress(StoreUnavailable):
+                        await self._say_following(execution_id, follower)
+                        said = anyio.current_time()
                 listener = self._journal_listener
                 if listener is not None and not listener.closed:
                     return False
@@ -360,11 +379,26 @@ class PostgresStore(DriverStore):
 
             yield check, 1.0
         finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(StoreError, UsageError):
+                await self._fetch("DELETE FROM tether_followers WHERE execution_id = $1 AND follower = $2",
+                                  execution_id, follower, write=True)
             self._followers -= 1
             if not self._followers:
                 listener, self._journal_listener = self._journal_listener, None
                 if listener is not None:
-                    await listener.aclose()
+                    with contextlib.suppress(StoreError, UsageError):  # the store closed first
+                        await listener.aclose()
+
+    async def _say_following(self, execution_id: str, follower: str) -> None:
+        """Ask for the journal's notifications of ``execution_id`` for a while (a row that expires)."""
+        await self._fetch(
+            """WITH gone AS (  -- the rows of followers that died without a word
+                DELETE FROM tether_followers WHERE execution_id = $1 AND expires_at < now()
+            ) INSERT INTO tether_followers (execution_id, follower, expires_at)
+            VALUES ($1, $2, now() + make_interval(secs => $3))
+            ON CONFLICT (execution_id, follower) DO UPDATE SET expires_at = excluded.expires_at""",
+            execution_id, follower, float(_FOLLOWER_SECONDS), write=True,
+        )
 
     async def _follow(self) -> None:
         self._followers += 1
@@ -401,6 +435,17 @@ class PostgresStore(DriverStore):
             self._journal_listener = await self._listen_on("tether_journal", notified)
             if listener is not None and self._watchers:
                 self._watchers.poke_all()  # what was written while it was away
+
+    async def aclose(self) -> None:
+        # Its followers are told (they read next, and learn that the store is closed), and
+        # their LISTEN connection goes with it.
+        listener, self._journal_listener = self._journal_listener, None
+        if listener is not None:
+            with anyio.CancelScope(shield=True), contextlib.suppress(StoreError, UsageError):
+                await listener.aclose()
+        if self._watchers:
+            self._watchers.poke_all()
+        await super().aclose()
 
     async def drop_schema(self) -> None:
         """Drop this store's schema, with every table and row tether kept there, and close the store.

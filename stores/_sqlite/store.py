@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
@@ -153,9 +154,14 @@ class SQLiteStore(DriverStore):
         # Execution id -> the number its next entry should get, as this store last wrote it.
         # Only a hint: the statement that uses it checks it (another process may append).
         self._next_seqs: dict[str, int] = {}
+        self._version_asked: tuple[float, int] | None = None  # when data_version was last asked, and its answer
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
+
+    @property
+    def identity(self) -> object:
+        return ("sqlite", os.path.realpath(self.path))
 
     watch_interval: float = 0.02
     """Seconds between the checks (``PRAGMA data_version``) by which a watch sees other processes' writes."""
@@ -212,15 +218,26 @@ class SQLiteStore(DriverStore):
     async def _change_source(self, execution_id: str) -> AsyncIterator[tuple[Check | None, float]]:
         # data_version moves whenever another connection (another process, another store
         # object) commits to the file; this object's own writes poke its watches directly.
-        seen = await self._read(_data_version)
+        seen = await self._data_version()
 
         async def check() -> bool:
             nonlocal seen
-            now = await self._read(_data_version)
+            now = await self._data_version()
             changed, seen = now != seen, now
             return changed
 
         yield check, self.watch_interval
+
+    async def _data_version(self) -> int:
+        # Asked once per interval for all of this object's watches, not once by each of them:
+        # the question queues on the connection that every write uses.
+        now = anyio.current_time()
+        asked = self._version_asked
+        if asked is not None and now - asked[0] < self.watch_interval / 2:
+            return asked[1]
+        version = await self._read(_data_version)
+        self._version_asked = (now, version)
+        return version
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the connection's thread, from the driver loop (while opening)."""

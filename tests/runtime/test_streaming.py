@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,12 +12,14 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from tether.actors import Agent, Chain, ScriptedLLM, ToolCall
-from tether.runtime import Event, EventStream, Resume, events, interrupt
+from tether.runtime import Event, EventStream, Resume, TokenDelta, emit, events, interrupt
 from tether.runtime._core.events import EVENTS, from_entry
 from tether.stores import (
     ConfigurationError,
     ExecutionNotFound,
     JournalEntry,
+    NewEntry,
+    NewExecution,
     PostgresStore,
     SQLiteStore,
     Store,
@@ -268,3 +271,90 @@ async def test_an_error_in_the_block_comes_out_as_itself_and_stops_the_run(store
         await stop_at_the_first_event()
     execution = await store.get_execution("oops")
     assert execution is not None and not execution.finished  # recoverable, as any interrupted run
+
+
+async def journal_of_length(store: Store, execution_id: str, entries: int, status: str) -> None:
+    """An execution whose journal holds ``entries`` steps and then its verdict, written directly."""
+    started = await store.start_execution(
+        NewExecution(execution_id=execution_id, runner="Chain", root_path="chain:long"), owner="me", lease_seconds=60)
+    assert started.lease is not None
+    for first in range(0, entries, 100):
+        await store.append(started.lease, [NewEntry(path="chain:long", label=f"node:n{i}", payload={"step": "k"})
+                                           for i in range(first, min(first + 100, entries))])
+    await store.release_lease(started.lease, status=status,  # type: ignore[arg-type]
+                              entries=[NewEntry(path="chain:long", label=status, payload={})])
+
+
+@pytest.mark.parametrize("status", ["completed", "paused"])
+async def test_a_journal_longer_than_a_page_is_followed_to_its_last_event(store: Store, status: str) -> None:
+    await journal_of_length(store, "long", 1234, status)
+    async with events(store, "long", until="paused") as stream:
+        seen = await drain(stream)
+    assert [e.cursor for e in seen] == list(range(1, 1236))
+    assert seen[-1].type == f"execution_{status}"
+
+
+async def test_a_follower_that_comes_back_at_the_pause_itself_ends_there(store: Store) -> None:
+    chain = build("approval", store)
+    async with chain.stream({}, execution_id="again") as stream:
+        await drain(stream)
+    async with events(store, "again", after=stream.cursor, until="paused") as later:
+        with anyio.fail_after(30):
+            assert await drain(later) == []  # it still waits: nothing more, and it says so at once
+
+
+async def test_a_pause_journaled_without_its_verdict_ends_a_follower_until_paused(store: Store) -> None:
+    # As a run paused by a tether that did not journal verdicts, or a migrated one.
+    started = await store.start_execution(
+        NewExecution(execution_id="old", runner="Chain", root_path="chain:c"), owner="me", lease_seconds=60)
+    assert started.lease is not None
+    await store.append(started.lease, [NewEntry(path="chain:c", label="node:a", payload={"step": "k"})])
+    await store.release_lease(started.lease, status="paused")
+    async with events(store, "old", until="paused") as stream:
+        with anyio.fail_after(30):
+            assert [e.type for e in await drain(stream)] == ["node_finished"]
+
+
+async def test_a_fork_at_the_verdict_is_followed_to_its_own(store: Store) -> None:
+    chain = build("line", store)
+    await chain.run({}, execution_id="orig")
+    verdict = (await store.read_journal("orig"))[-1]
+    assert verdict.label == "completed"
+    await chain.fork("orig", at=verdict.seq, new_execution_id="copy")
+    async with events(store, "copy") as stream:
+        seen = await drain(stream)
+    assert [e.type for e in seen].count("execution_completed") == 1 and seen[-1].type == "execution_completed"
+
+
+def shout(state: dict[str, Any]) -> dict[str, Any]:
+    """A sync node: it runs in a worker thread, and streams from there."""
+    emit(TokenDelta, text="from a thread")
+    return {"shouted": True}
+
+
+async def test_a_sync_node_streams_from_its_worker_thread(store: Store) -> None:
+    chain = Chain("loud", [shout], store=store)
+    async with chain.stream({}, execution_id="loud") as stream:
+        with anyio.fail_after(30):
+            seen = await drain(stream)
+    assert [e.text for e in seen if e.type == "token"] == ["from a thread"]
+    assert seen[-1].type == "execution_completed"
+
+
+async def test_live_events_stay_with_their_own_database(tmp_path: Any) -> None:
+    async with SQLiteStore(tmp_path / "a.db") as mine, SQLiteStore(tmp_path / "b.db") as theirs:
+        await Chain("loud", [shout], store=mine).start({}, execution_id="same")
+        async with events(mine, "same") as stream:
+            await Chain("loud", [shout], store=theirs).run({}, execution_id="same")  # another tenant's run
+            await Chain("loud", [shout], store=mine).run({}, execution_id="same")
+            seen = await drain(stream)
+    assert [e.text for e in seen if e.type == "token"] == ["from a thread"]  # its own, once
+
+
+def test_an_event_with_a_lone_surrogate_is_still_sendable() -> None:
+    from tether.runtime import ExecutionCompleted
+    from tether.runtime.ops._sse import encode
+
+    event = ExecutionCompleted(execution_id="x", path="chain:c", label="completed", cursor=3, output="\ud83d")
+    sent = encode(event).encode("utf-8")  # would raise UnicodeEncodeError if the stream could not carry it
+    assert json.loads(sent.split(b"data: ", 1)[1])["output"] == "\ud83d"  # as a browser's JSON.parse reads it

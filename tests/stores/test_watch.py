@@ -80,3 +80,22 @@ async def test_watches_share_one_listener_and_close_it_with_the_last(tmp_path: P
                 await second.wait()
         assert store._journal_listener is None and listener.closed
 
+
+
+async def test_postgres_notifies_only_while_someone_follows(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    # A NOTIFY serializes the commits that send one: a journal nobody follows sends none.
+    async with make_store("postgres", tmp_path, request) as store:
+        assert isinstance(store, PostgresStore)
+        lease = await started(store)
+
+        async def followers() -> int:
+            rows = await store._fetch("SELECT count(*) AS n FROM tether_followers WHERE execution_id = $1",
+                                      lease.execution_id)
+            return int(rows[0]["n"])
+
+        assert await followers() == 0
+        async with store.watch(lease.execution_id), store.watch(lease.execution_id):
+            assert await followers() == 2
+        assert await followers() == 0
+        async with store.watch(lease.execution_id, elsewhere=False):
+            assert await followers() == 0  # it listens to this object alone
