@@ -64,7 +64,10 @@ def serve_forever(store_url: str, runners: list[Runner], *, host: str, port: int
             else:
                 import uvicorn
 
-                await uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).serve()
+                # A follower's event stream (a timeline page left open at a pause) never ends by
+                # itself: on shutdown it gets as long as hypercorn gives it, then is closed.
+                await uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info",
+                                                    timeout_graceful_shutdown=3)).serve()
         finally:
             await store.aclose()
 
