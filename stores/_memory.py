@@ -117,7 +117,7 @@ class MemoryStore(Store):
             run.journal.append((run.next_seq, path, label, kind, payload, now))
             seqs.append(run.next_seq)
             run.next_seq += 1
-        if seqs:
+        if seqs and self._watchers:  # what a follower here is handed, made only for one
             execution_id = run.execution.execution_id
             self._journal_grew(execution_id, seqs[-1], committed(execution_id, seqs, rows, _ts(now)))
         return seqs

@@ -230,7 +230,13 @@ def read_event(data: str | bytes) -> Event:
 VERDICTS: dict[str, str] = {"paused": "execution_paused", "completed": "execution_completed",
                             "failed": "execution_failed", "cancelled": "execution_cancelled"}
 """The root's journal labels of an execution's verdict, and the events they are."""
-FINAL_EVENTS = frozenset({"execution_completed", "execution_failed", "execution_cancelled"})
+FINAL_VERDICTS = frozenset({"completed", "failed", "cancelled"})
+FINAL_EVENTS = frozenset(VERDICTS[final] for final in FINAL_VERDICTS)
+
+
+def verdict_of(entry: Entry) -> str | None:
+    """The verdict an entry journals (``paused``, ``completed``, ...), if it is one: a root's entry so labelled."""
+    return entry.label if entry.label in VERDICTS and "/" not in entry.path else None
 
 
 def verdict(root_path: str, status: str, **payload: Any) -> NewEntry:
@@ -263,6 +269,7 @@ def from_entry(entry: Entry, pending: dict[str, PendingInterrupt] | None = None)
                             "cursor": entry.seq, "at": entry.created_at}
     payload: Any = entry.payload if isinstance(entry.payload, dict) else {}
     label, root = entry.label, "/" not in entry.path
+    ruled = verdict_of(entry)
     if entry.kind == "resumed":
         return ExecutionResumed(**base, value=payload.get("value"), by=payload.get("by"),
                                 reason=payload.get("reason"))
@@ -272,8 +279,8 @@ def from_entry(entry: Entry, pending: dict[str, PendingInterrupt] | None = None)
                            pending=(pending or {}).get(call))
     if entry.kind == "snapshot":
         return Checkpoint(**base, kind="snapshot")
-    if root and label in VERDICTS:
-        return _verdict(label, base, payload)
+    if ruled is not None:
+        return _verdict(ruled, base, payload)
     if label == "inbox":
         message = payload.get("message") if isinstance(payload.get("message"), dict) else {}
         if root and message.get("type") == "Start":

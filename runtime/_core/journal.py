@@ -294,11 +294,10 @@ class ActorJournal:
             self.holder.wrote()
             await self.store.suspend(self.lease, entries, interrupt)
         except DuplicateInterrupt:
-            # Still pending from before: handled again, it asks again for the same decision.
-            self.holder.suspended.append(path)
-            return
+            pass  # still pending from before: handled again, it asks again for the same decision
+        else:
+            self.hooks.faults.wrote(entries)
         self.holder.suspended.append(path)
-        self.hooks.faults.wrote(entries)
 
     async def record_step(self, inbox_seq: int | None, label: str, key: str, result: Any) -> None:
         payload = {"inbox": inbox_seq, "step": key, "result": result}

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from tether.runtime._core import delta
+from tether.runtime._core.events import FINAL_VERDICTS, verdict_of
 from tether.runtime._core.hooks import installed, names
 from tether.runtime._core.idempotent import ask_alias
 from tether.runtime._core.interrupt import Resume, loaded_model
@@ -280,4 +281,4 @@ def _updated(journal: list[JournalEntry], entry: JournalEntry, update: JsonValue
 
 def _final_verdict(entry: JournalEntry) -> bool:
     """Whether ``entry`` is an execution's last word: completed, failed or cancelled, at its root."""
-    return "/" not in entry.path and entry.label in ("completed", "failed", "cancelled")
+    return verdict_of(entry) in FINAL_VERDICTS

@@ -28,6 +28,13 @@ if TYPE_CHECKING:
 
 Until = Literal["finished", "paused"]
 
+def checked_until(until: str) -> Until:
+    """``until`` as `events` takes it, or `ConfigurationError`."""
+    if until not in ("finished", "paused"):
+        raise ConfigurationError(f"until={until!r}: follow until 'finished' (the default) or 'paused'.")
+    return until  # type: ignore[return-value]
+
+
 _PAGE = 500  # journal entries read at a time: a follower far behind catches up in pages
 _ROW_AGAIN = 10.0  # seconds after which an idle follower asks the execution's row again
 
@@ -46,7 +53,7 @@ class EventStream:
     """
 
     def __init__(self, store: Store, execution_id: str, watch: JournalWatch, feed: LiveFeed | None,
-                 *, after: int, until: Until) -> None:
+                 *, after: int, until: Until, driven_here: bool = False) -> None:
         self.store = store
         self.execution_id = execution_id
         self.cursor = after
@@ -64,7 +71,7 @@ class EventStream:
         self._known = after  # the last entry known to come before the live events waiting
         self._read_stirred = -1  # the watch's count of others' changes that the last full read saw
         self._row_seen: tuple[int, float] | None = None  # the cursor, and when, the execution's row was read
-        self._driven_here = False  # the run is this process's (`Runner.stream`): its return ends it
+        self._driven_here = driven_here  # the run is this process's (`Runner.stream`): its return ends it
 
     def __aiter__(self) -> EventStream:
         return self
@@ -220,22 +227,18 @@ async def events(
         raise ConfigurationError(f"after={after!r}: give the cursor of the last event seen (0 for the beginning).")
     if not isinstance(buffer, int) or buffer < 1:
         raise ConfigurationError(f"buffer={buffer!r}: keep at least one live event for a slow reader.")
-    if until not in ("finished", "paused"):
-        raise ConfigurationError(f"until={until!r}: follow until 'finished' (the default) or 'paused'.")
+    checked_until(until)
     # A run this process drives (`Runner.stream`) holds its lease: only this store object
     # writes its journal meanwhile, and hands what it writes over, so nothing else is watched.
     async with store.watch(execution_id, elsewhere=not _driven_here) as watch:
-        execution = await store.get_execution(execution_id)
-        if execution is None and not _driven_here:
+        if not _driven_here and await store.get_execution(execution_id) is None:
             raise ExecutionNotFound(execution_id)
         feed = LiveFeed(store, execution_id, watch.wake, buffer) if live else None
         if feed is not None:
             watch.on_grew = feed.grew
             subscribe(feed)
         try:
-            stream = EventStream(store, execution_id, watch, feed, after=after, until=until)
-            stream._driven_here = _driven_here
-            yield stream
+            yield EventStream(store, execution_id, watch, feed, after=after, until=until, driven_here=_driven_here)
         finally:
             if feed is not None:
                 unsubscribe(feed)

@@ -238,23 +238,21 @@ def create_app(
         view = await operator.show(execution_id)
         return JSONResponse(view.as_json())
 
-    async def follow(request: Request) -> Response:
+    async def follow_or_show(request: Request) -> Response:
+        execution_id = request.path_params["execution_id"]
+        found = await operator.store.get_execution(execution_id) is not None
+        # An id may itself end in "/events": an execution of that whole id is shown, not followed.
+        if not found and await operator.store.get_execution(execution_id + "/events") is not None:
+            request.path_params["execution_id"] = execution_id + "/events"
+            return await (get_execution if request.url.path.startswith(_base(request) + "/api/")
+                          else execution_page)(request)
         try:
             after, until = _sse.resume_point(request), _sse.until_of(request)
         except ConfigurationError as exc:
             return _problem(400, str(exc))
-        return await _sse.event_response(operator.store, request.path_params["execution_id"],
-                                         after=after, until=until)
-
-    async def follow_or_show(request: Request) -> Response:
-        # An id may itself end in "/events": an execution of that whole id is shown, not followed.
-        whole = request.path_params["execution_id"] + "/events"
-        if await operator.store.get_execution(request.path_params["execution_id"]) is None and \
-                await operator.store.get_execution(whole) is not None:
-            request.path_params["execution_id"] = whole
-            return await (get_execution if request.url.path.startswith(_base(request) + "/api/")
-                          else execution_page)(request)
-        return await follow(request)
+        if not found:
+            raise ExecutionNotFound(execution_id)
+        return await _sse.event_response(operator.store, execution_id, after=after, until=until)
 
     api_events = api(follow_or_show)
 

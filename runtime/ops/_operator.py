@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.runtime._core.events import VERDICTS
+from tether.runtime._core.events import verdict_of
 from tether.runtime._executions import history as _history, migration as _migration
 from tether.runtime._executions.runner import Runner, runner_for
 from tether.runtime._executions.service import Executions
@@ -348,7 +348,7 @@ def summarize(entry: JournalEntry, width: int = 100) -> str:
             (", updated" if payload.get("updated") else "")
     elif entry.kind == "snapshot":
         text = "state snapshot"
-    elif entry.label in VERDICTS and "/" not in entry.path and isinstance(payload, dict):
+    elif verdict_of(entry) is not None and isinstance(payload, dict):
         waits = len(payload.get("pending") or [])
         text = {"paused": f"paused, waiting for {waits} decision{'s' if waits != 1 else ''}"
                           + (f" (timer until {payload['wake_at']})" if payload.get("wake_at") else ""),

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 from starlette.responses import StreamingResponse
-from tether.runtime._executions.stream import events
-from tether.stores import ConfigurationError, ExecutionNotFound
+from tether.runtime._executions.stream import checked_until, events
+from tether.stores import ConfigurationError
 
 from ._watching import LAST_CURSOR
 
@@ -54,10 +54,7 @@ def resume_point(request: Request) -> int:
 
 
 def until_of(request: Request) -> Until:
-    until = request.query_params.get("until", "finished")
-    if until not in ("finished", "paused"):
-        raise ConfigurationError(f"until={until!r}: follow until 'finished' (the default) or 'paused'.")
-    return until  # type: ignore[return-value]
+    return checked_until(request.query_params.get("until", "finished"))
 
 
 def encode(event: Event) -> str:
@@ -70,13 +67,7 @@ def encode(event: Event) -> str:
 
 async def event_response(store: Store, execution_id: str, *, after: int, until: Until,
                          keepalive: float = KEEPALIVE) -> StreamingResponse:
-    """The streaming response; an unknown execution raises here, before any byte is sent.
-
-    Raises:
-        ExecutionNotFound: No such execution.
-    """
-    if await store.get_execution(execution_id) is None:
-        raise ExecutionNotFound(execution_id)
+    """The streaming response, for an execution the caller found (an unknown one is its 404)."""
 
     async def body() -> AsyncIterator[str]:
         yield "retry: 2000\n\n"

@@ -702,8 +702,8 @@ class PostgresStore(DriverStore):
         if not out:
             raise await self._explain_fence(lease)
         seqs = sorted(r["seq"] for r in out)
-        self._journal_grew(lease.execution_id, seqs[-1],
-                           committed(lease.execution_id, seqs, rows, out[0]["created_at"]))
+        if followed:
+            self._journal_grew(execution_id, seqs[-1], committed(execution_id, seqs, rows, out[0]["created_at"]))
         return seqs
 
     async def rewrite(self, lease: Lease, journal: Sequence[JournalEntry], *,

@@ -521,7 +521,7 @@ class SQLiteStore(DriverStore):
             return self._insert_entries(db, lease.execution_id, rows, now), now
 
         seqs, at = await self._write(fn)
-        if seqs:
+        if seqs and self._watchers:  # what a follower here is handed, made only for one
             self._journal_grew(lease.execution_id, seqs[-1], committed(lease.execution_id, seqs, rows, from_us(at)))
         return seqs
 
@@ -541,7 +541,8 @@ class SQLiteStore(DriverStore):
                 return self._insert_entries(db, lease.execution_id, rows, now), now
 
             seqs, at = await self._write(fn)
-        self._journal_grew(lease.execution_id, seqs[-1], committed(lease.execution_id, seqs, rows, from_us(at)))
+        if self._watchers:  # what a follower here is handed, made only for one
+            self._journal_grew(lease.execution_id, seqs[-1], committed(lease.execution_id, seqs, rows, from_us(at)))
         return seqs
 
     def _append_one(self, db: sqlite3.Connection, lease: Lease, row: tuple[str, str, str, str], now: int) -> int:
