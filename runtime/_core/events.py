@@ -227,6 +227,7 @@ def read_event(data: str | bytes) -> Event:
     """An event read back from its JSON, as ``tether watch --json`` prints it and the SSE ``data`` holds it."""
     return EVENTS.validate_json(data)
 
+
 VERDICTS: dict[str, str] = {"paused": "execution_paused", "completed": "execution_completed",
                             "failed": "execution_failed", "cancelled": "execution_cancelled"}
 """The root's journal labels of an execution's verdict, and the events they are."""
