@@ -25,9 +25,11 @@ TetherError
 │   ├── NoPendingInterrupt     nothing is pending at that path
 │   └── DuplicateInterrupt     a pending interrupt already exists at that path
 ├── ActorError (.path)         (defined by the kernel, which raises them)
+│   ├── ActorNotFound          no actor at that path in the execution's journal (a state query)
 │   ├── ActorStopped           the actor was stopped on purpose; it takes no more messages
 │   ├── ActorCrashed           the actor's handler raised; __cause__ is the original error
 │   └── SupervisionEscalated   children kept crashing past the restart intensity
+├── StepTimeout (also TimeoutError)        a node, tool or LLM call ran past its timeout=; .path, .seconds
 ├── SerializationError (also ValueError)   a value is not JSON
 ├── ConfigurationError (also ValueError)   a bad URL, option, argument or definition
 │   └── MigrationFailed        a migration function raised, or left a misfit; nothing changed
@@ -63,7 +65,9 @@ from ._core.actor import Actor as Actor, ActorContext as ActorContext, NoState a
 from ._core.errors import (
     ActorCrashed as ActorCrashed,
     ActorError as ActorError,
+    ActorNotFound as ActorNotFound,
     ActorStopped as ActorStopped,
+    StepTimeout as StepTimeout,
     SupervisionEscalated as SupervisionEscalated,
 )
 from ._core.events import (
@@ -77,6 +81,7 @@ from ._core.events import (
     ExecutionPaused as ExecutionPaused,
     ExecutionResumed as ExecutionResumed,
     ExecutionStarted as ExecutionStarted,
+    ExecutionTimedOut as ExecutionTimedOut,
     Handoff as Handoff,
     Interrupted as Interrupted,
     LLMTurn as LLMTurn,
@@ -104,8 +109,10 @@ from ._core.interrupt import (
 from ._core.patching import patched as patched
 from ._core.policies import RestartPolicy as RestartPolicy, SupervisionStrategy as SupervisionStrategy
 from ._core.ref import ActorRef as ActorRef
+from ._core.shielding import shielded as shielded
 from ._core.timers import sleep as sleep, sleep_until as sleep_until
 from ._core.version import __version__ as __version__
+from ._executions.control import cancel as cancel
 from ._executions.history import Boundary as Boundary, fork as fork, history as history
 from ._executions.migration import (
     Migrated as Migrated,
@@ -113,6 +120,7 @@ from ._executions.migration import (
     MigrationFailed as MigrationFailed,
     migrate as migrate,
 )
+from ._executions.query import ActorState as ActorState, query as query
 from ._executions.runner import Runner as Runner
 from ._executions.runtime import Runtime as Runtime
 from ._executions.service import Executions as Executions
@@ -124,7 +132,9 @@ __all__ = (
     "ActorContext",
     "ActorCrashed",
     "ActorError",
+    "ActorNotFound",
     "ActorRef",
+    "ActorState",
     "ActorStopped",
     "AlreadyResumed",
     "Boundary",
@@ -143,6 +153,7 @@ __all__ = (
     "ExecutionPaused",
     "ExecutionResumed",
     "ExecutionStarted",
+    "ExecutionTimedOut",
     "ExecutionWorker",
     "Executions",
     "Handoff",
@@ -170,6 +181,7 @@ __all__ = (
     "Sleeping",
     "StaleLease",
     "Start",
+    "StepTimeout",
     "StoreCorrupted",
     "StoreError",
     "StoreNotFound",
@@ -183,6 +195,7 @@ __all__ = (
     "ToolResult",
     "UsageError",
     "call_scope",
+    "cancel",
     "emit",
     "events",
     "following",
@@ -193,8 +206,10 @@ __all__ = (
     "interrupt",
     "migrate",
     "patched",
+    "query",
     "read_event",
     "serve_executions",
+    "shielded",
     "sleep",
     "sleep_until",
     "__version__",

@@ -67,8 +67,8 @@ def failed_claim(
     if held is not None and path is not None and path in pending:
         return LeaseHeld(execution_id, *held)
     # A decision already journaled answers a second click, even once the run has finished;
-    # but a cancelled execution is said to be cancelled, whatever was decided before.
-    if status != "cancelled":
+    # but a cancelled (or timed out) execution is said to be so, whatever was decided before.
+    if status not in ("cancelled", "timed_out"):
         if path is not None and (path in pending or last_resumed is not None):
             return AlreadyResumed(execution_id, path)
         if last_resumed is not None:

@@ -72,7 +72,7 @@ class ExecutionFinished(StoreError):
         self.execution_id = execution_id
         self.status = status
         super().__init__(
-            f"Execution {execution_id!r} is {status}; a finished execution does not run "
+            f"Execution {execution_id!r} is {status.replace('_', ' ')}; a finished execution does not run "
             f"again. Start a new execution id to run the work again."
         )
 

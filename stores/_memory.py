@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -145,13 +146,13 @@ class MemoryStore(Store):
             fingerprint=new.fingerprint, version=new.version, status="running" if leased else "queued", input=_json.loads(input_json),
             lease_owner=owner, lease_expires_at=_ts(now + lease_seconds) if leased else None,
             lease_epoch=1 if leased else 0, wake_at=None if leased else _ts(now),
-            created_at=_ts(now), updated_at=_ts(now),
+            created_at=_ts(now), updated_at=_ts(now), deadline=new.deadline,
         )
         self._runs[new.execution_id] = _Run(execution, input_json)
         if owner is None:
             return StartResult(execution=_copied(execution), created=True)
         lease = Lease(execution_id=new.execution_id, owner=owner, epoch=1,
-                      expires_at=_ts(now + lease_seconds))
+                      expires_at=_ts(now + lease_seconds), deadline=new.deadline)
         return StartResult(execution=_copied(execution), created=True, lease=lease)
 
     async def take_work(
@@ -177,11 +178,26 @@ class MemoryStore(Store):
         for run in ready[:limit]:
             ex = run.execution
             lease = Lease(execution_id=ex.execution_id, owner=owner, epoch=ex.lease_epoch + 1,
-                          expires_at=_ts(time.time() + lease_seconds))
+                          expires_at=_ts(time.time() + lease_seconds), deadline=ex.deadline,
+                          cancel=_copied_json(ex.cancel))
             self._update(run, lease_owner=owner, lease_expires_at=lease.expires_at, lease_epoch=lease.epoch,
                          status="running", wake_at=None, updated_at=now)
             leases.append(lease)
         return leases
+
+    async def request_cancel(self, execution_id: str, *, by: str, reason: str) -> Execution | None:
+        request = _json.loads(_json.dumps({"by": by, "reason": reason}, what="the cancel request"))
+        await self._enter()
+        run = self._runs.get(execution_id)
+        if run is None:
+            return None
+        ex = run.execution
+        if not ex.finished:
+            now = _ts(time.time())
+            self._update(run, cancel=ex.cancel or {**request, "at": now.isoformat()}, updated_at=now,
+                         wake_at=ex.wake_at if ex.status == "running" else now)
+            self._control_requested(execution_id)
+        return _copied(run.execution)
 
     async def get_execution(self, execution_id: str) -> Execution | None:
         await self._enter()
@@ -233,7 +249,7 @@ class MemoryStore(Store):
         if held and ex.lease_owner not in (owner, replacing) and ex.lease_expires_at > _ts(now):  # type: ignore[operator]
             raise LeaseHeld(execution_id, ex.lease_owner, ex.lease_expires_at)  # type: ignore[arg-type]
         lease = Lease(execution_id=execution_id, owner=owner, epoch=ex.lease_epoch + 1,
-                      expires_at=_ts(now + lease_seconds))
+                      expires_at=_ts(now + lease_seconds), deadline=ex.deadline, cancel=_copied_json(ex.cancel))
         self._update(run, lease_owner=owner, lease_expires_at=lease.expires_at,
                      lease_epoch=lease.epoch, status="running", updated_at=_ts(now))
         return lease
@@ -241,7 +257,8 @@ class MemoryStore(Store):
     async def renew_lease(self, lease: Lease, *, lease_seconds: float) -> Lease:
         await self._enter()
         run = self._fenced(lease)
-        renewed = lease.model_copy(update={"expires_at": _ts(time.time() + lease_seconds)})
+        renewed = lease.model_copy(update={"expires_at": _ts(time.time() + lease_seconds),
+                                           "cancel": _copied_json(run.execution.cancel)})
         self._update(run, lease_expires_at=renewed.expires_at)
         return renewed
 
@@ -268,6 +285,7 @@ class MemoryStore(Store):
         if final:
             changes["result"] = _json.loads(result_json)  # type: ignore[arg-type]
             changes["error"] = error
+            changes["cancel"] = None
             run.pending.clear()
         self._update(run, **changes)
         return self._add_entries(run, rows, now)
@@ -458,3 +476,8 @@ class MemoryStore(Store):
 def _copied(execution: Execution) -> Execution:
     """An execution as a reader gets it: its own objects, as a database's decoded row would be."""
     return execution.model_copy(deep=True)
+
+
+def _copied_json(value: JsonValue) -> JsonValue:
+    """A JSON value a reader may change without changing the store's."""
+    return copy.deepcopy(value)

@@ -95,6 +95,13 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         # Version 7 changes no table. An execution's verdict (paused, completed, failed,
         # cancelled) is journaled with it, so its followers see it at its cursor.
     ],
+    [
+        # Version 8: live executions. A deadline after which an execution is 'timed_out'
+        # (a status a tether of version 7 could not read), and a cancel asked for by any
+        # process, which the holder of the lease carries out.
+        "ALTER TABLE tether_executions ADD COLUMN deadline INTEGER",
+        "ALTER TABLE tether_executions ADD COLUMN cancel TEXT",
+    ],
 ]
 
 POSTGRES_MIGRATIONS: list[list[str]] = [
@@ -202,5 +209,11 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
         END $$""",
         """CREATE TRIGGER tether_journal AFTER INSERT ON tether_journal
         FOR EACH ROW EXECUTE FUNCTION tether_notify_journal()""",
+    ],
+    [
+        # Version 8: as for SQLite, deadlines and cancel requests. A cancel request
+        # notifies tether_control with the execution's id, for the process that holds it.
+        "ALTER TABLE tether_executions ADD COLUMN deadline timestamptz",
+        "ALTER TABLE tether_executions ADD COLUMN cancel json",
     ],
 ]

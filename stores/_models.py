@@ -39,16 +39,20 @@ check it).
 Text = Annotated[str, AfterValidator(_plain_text)]
 """A string that every store keeps exactly: ids, paths, labels, reasons."""
 
-ExecutionStatus = Literal["queued", "running", "paused", "decided", "completed", "failed", "cancelled"]
-"""Where an execution stands. The last three are final.
+ExecutionStatus = Literal[
+    "queued", "running", "paused", "decided", "completed", "failed", "cancelled", "timed_out"
+]
+"""Where an execution stands. The last four are final.
 
 - ``queued``: started detached; waits for a process with its runner to start it;
 - ``running``: a process holds its lease and runs it (or died, and its lease has not been taken over yet);
 - ``paused``: waits for a decision (a pending interrupt) or a durable timer;
-- ``decided``: a decision was recorded and waits for a process with its runner to carry it out.
+- ``decided``: a decision was recorded and waits for a process with its runner to carry it out;
+- ``cancelled``: stopped for good by a cancel (its journal says who and why);
+- ``timed_out``: stopped for good because its deadline (``run(..., timeout=...)``) passed.
 """
 
-FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timed_out"})
 
 EntryKind = Literal["entry", "snapshot", "suspended", "resumed"]
 """What a journal entry is.
@@ -73,6 +77,8 @@ class NewExecution(_Row):
     fingerprint: Text = Field(default="", description="Hash of the runner's definition.")
     version: Text = Field(default="", max_length=200, description="The runner's version ('' for none).")
     input: Json = None
+    deadline: datetime | None = None
+    """When the execution times out, wherever it stands then (None: never)."""
 
 
 class Execution(_Row):
@@ -95,10 +101,14 @@ class Execution(_Row):
     """When a worker should take it up: set by a decision, a due timer, or a detached start."""
     created_at: datetime
     updated_at: datetime
+    deadline: datetime | None = None
+    """When it times out (``timed_out``) if it has not finished by then (None: never)."""
+    cancel: Json = None
+    """A cancel asked for and not yet carried out: ``{"by": ..., "reason": ..., "at": ...}``."""
 
     @property
     def finished(self) -> bool:
-        """True once the execution is completed, failed or cancelled."""
+        """True once the execution is completed, failed, cancelled or timed out."""
         return self.status in FINAL_STATUSES
 
 
@@ -114,6 +124,10 @@ class Lease(_Row):
     owner: str
     epoch: int
     expires_at: datetime
+    deadline: datetime | None = None
+    """The execution's deadline, which its holder enforces."""
+    cancel: Json = None
+    """A cancel asked for by anyone (see `Execution.cancel`): the holder stops the run."""
 
 
 class StartResult(_Row):

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 from ._errors import ConfigurationError
 from ._watch import Check, Committed, JournalWatch, Watchers
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """The schema version this release writes; `setup()` migrates older databases to it."""
 
 
@@ -132,6 +132,21 @@ class Store(ABC):
         """
 
     @abstractmethod
+    async def request_cancel(self, execution_id: str, *, by: str, reason: str) -> Execution | None:
+        """Ask for the execution to be cancelled, and return its row as the request left it.
+
+        Recorded on the execution (``cancel``: ``{"by", "reason", "at"}``) unless it is
+        finished, or a cancel is asked for already (the first request stands). Whoever
+        holds or next takes the lease carries it out: the leases `acquire_lease`,
+        `renew_lease` and `take_work` hand out carry the request. One that nobody
+        runs (queued, paused, decided) is marked for workers at once (``wake_at``),
+        so that it is cancelled even if the caller dies now. A holder in another
+        process is told (Postgres: ``NOTIFY``; otherwise at its next renewal), and
+        one of this store object at once (see `watch_controls`). None if there is
+        no such execution.
+        """
+
+    @abstractmethod
     async def get_execution(self, execution_id: str) -> Execution | None:
         """Return the execution, or None if there is none with that id."""
 
@@ -173,7 +188,8 @@ class Store(ABC):
         Succeeds when nobody holds the lease, when it expired, when ``owner``
         already holds it, or when ``replacing`` holds it: the caller proved that
         owner's process dead, or an operator forces the takeover. Every success
-        fences out all earlier epochs, so a writer that comes back is refused.
+        fences out all earlier epochs, so a writer that comes back is refused. The
+        lease carries the execution's deadline and any cancel asked for.
 
         Raises:
             ExecutionNotFound: No such execution.
@@ -183,7 +199,7 @@ class Store(ABC):
 
     @abstractmethod
     async def renew_lease(self, lease: Lease, *, lease_seconds: float) -> Lease:
-        """Extend the lease's expiry, keeping its epoch.
+        """Extend the lease's expiry, keeping its epoch; the lease returned carries any cancel asked for.
 
         Raises:
             StaleLease: The lease was taken over; stop working on the execution.
@@ -398,6 +414,39 @@ class Store(ABC):
         return self
 
     _watchers: Watchers | None = None
+    _controlled: dict[str, set[Callable[[], object]]] | None = None
+
+    @contextlib.asynccontextmanager
+    async def watch_controls(self, execution_id: str, on_request: Callable[[], object]) -> AsyncIterator[None]:
+        """Call ``on_request`` when a control request (a cancel) for ``execution_id`` may have come, while the block runs.
+
+        What a lease holder uses to stop at once rather than at its next renewal:
+        a request made through this store object calls it at once, one from
+        another process through the database where it can notify (Postgres
+        ``LISTEN``). A call may be spurious; the holder renews its lease to learn
+        what was asked (`Lease.cancel`). ``on_request`` runs on the caller's event
+        loop and must not block.
+        """
+        if self._controlled is None:
+            self._controlled = {}
+        callbacks = self._controlled.setdefault(execution_id, set())
+        callbacks.add(on_request)
+        try:
+            async with self._control_source():
+                yield
+        finally:
+            callbacks.discard(on_request)
+            if not callbacks:
+                del self._controlled[execution_id]
+
+    def _control_source(self) -> AbstractAsyncContextManager[None]:
+        """What tells this store object of other processes' control requests (nothing, by default)."""
+        return contextlib.nullcontext()
+
+    def _control_requested(self, execution_id: str) -> None:
+        """Tell this store object's holders of ``execution_id``: call after committing a control request."""
+        for callback in list((self._controlled or {}).get(execution_id, ())):
+            callback()
 
     @contextlib.asynccontextmanager
     async def watch(self, execution_id: str, *, elsewhere: bool = True) -> AsyncIterator[JournalWatch]:

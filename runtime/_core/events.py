@@ -89,7 +89,18 @@ class ExecutionFailed(_Event):
 
 
 class ExecutionCancelled(_Event):
+    """The verdict of a cancel: who asked for it (``"cli:alice"``, ``"api"``) and why."""
+
     type: Literal["execution_cancelled"] = "execution_cancelled"
+    by: str | None = None
+    reason: str | None = None
+
+
+class ExecutionTimedOut(_Event):
+    """The verdict of an execution whose deadline (``run(..., timeout=...)``) passed first."""
+
+    type: Literal["execution_timed_out"] = "execution_timed_out"
+    deadline: str | None = None
 
 
 # -- actors and messages ------------------------------------------------------------
@@ -210,7 +221,7 @@ class Dropped(_Event):
 
 Event = Annotated[
     ExecutionStarted | ExecutionResumed | ExecutionPaused | ExecutionCompleted | ExecutionFailed
-    | ExecutionCancelled | MessageAccepted | MessageHandled | NodeStarted | NodeFinished | LLMTurn
+    | ExecutionCancelled | ExecutionTimedOut | MessageAccepted | MessageHandled | NodeStarted | NodeFinished | LLMTurn
     | TokenDelta | ToolCalled | ToolResult | Handoff | Delegation | Reply | Interrupted | Sleeping
     | Checkpoint | Dropped,
     Field(discriminator="type"),
@@ -229,9 +240,10 @@ def read_event(data: str | bytes) -> Event:
 
 
 VERDICTS: dict[str, str] = {"paused": "execution_paused", "completed": "execution_completed",
-                            "failed": "execution_failed", "cancelled": "execution_cancelled"}
+                            "failed": "execution_failed", "cancelled": "execution_cancelled",
+                            "timed_out": "execution_timed_out"}
 """The root's journal labels of an execution's verdict, and the events they are."""
-FINAL_VERDICTS = frozenset({"completed", "failed", "cancelled"})
+FINAL_VERDICTS = frozenset({"completed", "failed", "cancelled", "timed_out"})
 FINAL_EVENTS = frozenset(VERDICTS[final] for final in FINAL_VERDICTS)
 
 
@@ -318,7 +330,9 @@ def _verdict(label: str, base: dict[str, Any], payload: dict[str, Any]) -> Event
         return ExecutionCompleted(**base, output=payload.get("output"))
     if label == "failed":
         return ExecutionFailed(**base, error=payload.get("error"))
-    return ExecutionCancelled(**base)
+    if label == "timed_out":
+        return ExecutionTimedOut(**base, deadline=payload.get("deadline"))
+    return ExecutionCancelled(**base, by=payload.get("by"), reason=payload.get("reason"))
 
 
 # -- live events ------------------------------------------------------------------

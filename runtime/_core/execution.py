@@ -35,7 +35,9 @@ class RunResult(BaseModel):
     error: str | None = None
 
 
-Outcome = Literal["completed", "paused", "failed"]
+Outcome = Literal["completed", "paused", "failed", "cancelled", "timed_out"]
+STOPPED: frozenset[str] = frozenset({"cancelled", "timed_out"})
+"""The outcomes that come from outside the tree, and stop it wherever it is."""
 
 
 @dataclass
@@ -52,11 +54,17 @@ class ExecutionState:
     """The earliest durable timer of the actors that parked: when a worker should resume."""
     lost: bool = False
     """The lease was taken over: nothing more may be written, not even the outcome."""
+    stirred: anyio.Event = field(default_factory=anyio.Event)
+    """Set when the lease's keeper should look now: the run ended, or a cancel may have come."""
+    keeping: bool = False
+    """The keeper is renewing the lease or listening for cancels: ending the run must cancel it."""
 
     def end(self, outcome: Outcome, output: Any = None, error: BaseException | None = None) -> None:
+        """The run's outcome, the first one given (a cancel or a deadline: ``output`` is the verdict's payload)."""
         if self.outcome is None:
             self.outcome, self.output, self.error = outcome, output, error
             self.done.set()
+            self.stirred.set()
 
     def wake_at(self, due: datetime) -> None:
         self.wake = due if self.wake is None else min(self.wake, due)

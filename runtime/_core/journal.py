@@ -90,7 +90,7 @@ async def take_lease(
     lease = await store.acquire_lease(execution_id, owner=owner, lease_seconds=lease_seconds, replacing=previous)
     why: dict[str, Any] = {"from": previous, "by": owner, "dead": dead, "forced": force}
     if force:
-        why["operator"] = _operator()
+        why["operator"] = operator_name()
     try:
         await store.append(lease, [NewEntry(path=path, label="takeover", payload=why)])
     except BaseException:
@@ -102,7 +102,7 @@ async def take_lease(
     return lease
 
 
-def _operator() -> str:
+def operator_name() -> str:
     """Who runs this process, for the journal of a forced takeover."""
     try:
         return getpass.getuser()

@@ -17,16 +17,18 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from tether.runtime._core.actor import check_name
+from tether.runtime._core.hooks import installed
 from tether.stores import ConfigurationError, NewExecution
 
 from .history import _UNSET, Boundary, fork, history
-from .runtime import Runtime, check_runner
+from .runtime import Runtime, check_runner, deadline_after
 from .service import Executions
 from .stream import EventStream, Until, events
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Sequence
     from contextlib import AbstractAsyncContextManager
+    from datetime import timedelta
 
     from pydantic import BaseModel, JsonValue
     from tether.runtime._core.actor import Actor
@@ -184,15 +186,20 @@ class Runner:
         """The input as journaled, or `ConfigurationError` before anything is written."""
         return input  # type: ignore[no-any-return]
 
-    async def run(self, input: Any = None, *, execution_id: str) -> RunResult:
-        """Run to the end or to a pause, here; the execution id is an idempotency key."""
+    async def run(self, input: Any = None, *, execution_id: str, timeout: timedelta | float | None = None) -> RunResult:
+        """Run to the end or to a pause, here; the execution id is an idempotency key.
+
+        ``timeout`` is a durable deadline on the whole execution (see `Runtime.run`):
+        past it, the run ends ``timed_out`` wherever it stands.
+        """
         data = self._input(input)
         actor = self._prepare()
         async with Runtime(self._store(), lease_seconds=self.lease_seconds) as rt:
-            return self._typed(await rt.run(actor, data, execution_id=execution_id, name=self.name))
+            return self._typed(await rt.run(actor, data, execution_id=execution_id, name=self.name, timeout=timeout))
 
     @contextlib.asynccontextmanager
-    async def stream(self, input: Any = None, *, execution_id: str) -> AsyncIterator[EventStream]:
+    async def stream(self, input: Any = None, *, execution_id: str,
+                     timeout: timedelta | float | None = None) -> AsyncIterator[EventStream]:
         """Run an execution here, as `run` does, and follow its events while it runs.
 
         The block owns the run: leaving it waits for the run to return (to its end or
@@ -223,7 +230,7 @@ class Runner:
                 async def run() -> None:
                     result, error = None, None
                     try:
-                        result = await self.run(data, execution_id=execution_id)
+                        result = await self.run(data, execution_id=execution_id, timeout=timeout)
                     except Exception as exc:  # noqa: BLE001 - raised to the follower, or at the block's end
                         error = exc
                     finally:
@@ -243,19 +250,29 @@ class Runner:
         """Follow an execution's events wherever it runs (see `tether.runtime.events`)."""
         return events(self._store(), execution_id, after=after, until=until, live=live, buffer=buffer)
 
-    async def start(self, input: Any = None, *, execution_id: str, detach: bool = True) -> RunResult:
+    async def start(self, input: Any = None, *, execution_id: str, detach: bool = True,
+                    timeout: timedelta | float | None = None) -> RunResult:
         """Start an execution; with ``detach`` (the default), record it for a worker and return at once.
 
         A detached execution is ``queued`` until a worker (``tether worker``) with
-        this runner takes it up. Without ``detach`` this is `run`.
+        this runner takes it up. Without ``detach`` this is `run`. ``timeout``
+        counts from now (see `run`).
         """
         if not detach:
-            return await self.run(input, execution_id=execution_id)
+            return await self.run(input, execution_id=execution_id, timeout=timeout)
         data = self._input(input)
         actor = self._prepare()
         return await Executions(self._store()).enqueue(
             NewExecution(execution_id=execution_id, runner=actor.__qualname__, root_path=self.root_path,
-                         fingerprint=self.fingerprint, version=self.version or "", input=data)
+                         fingerprint=self.fingerprint, version=self.version or "", input=data,
+                         deadline=deadline_after(timeout, installed()))
+        )
+
+    async def cancel(self, execution_id: str, *, reason: str = "", by: str | None = None, force: bool = False,
+                     wait: float | None = None) -> RunResult:
+        """Cancel one of this runner's executions, wherever it runs or waits (see `tether.runtime.cancel`)."""
+        return await Executions(self._store(), lease_seconds=self.lease_seconds).cancel(
+            execution_id, reason=reason, by=by, force=force, wait=wait
         )
 
     async def decide(

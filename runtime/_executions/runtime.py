@@ -6,13 +6,13 @@ import contextlib
 import json
 import warnings
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 from tether.runtime._core.actor import check_name, segment
 from tether.runtime._core.events import verdict
-from tether.runtime._core.execution import ExecutionState, RunResult, Start
+from tether.runtime._core.execution import STOPPED, ExecutionState, RunResult, Start
 from tether.runtime._core.hooks import Hooks, installed, wrapping
 from tether.runtime._core.journal import LeaseHolder
 from tether.runtime._core.owners import process_owner, tag
@@ -32,7 +32,16 @@ from tether.stores import (
     UsageError,
 )
 
-from .service import FORKING, HANDED_BACK, NOTHING_CLAIMED, Executions, refuse_misfit, refuse_version
+from .service import (
+    FORKING,
+    HANDED_BACK,
+    NOTHING_CLAIMED,
+    Executions,
+    refuse_misfit,
+    refuse_version,
+    release_stopped,
+    stop_of,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -198,6 +207,7 @@ class Runtime:
         *,
         execution_id: str,
         name: str | None = None,
+        timeout: timedelta | float | None = None,
     ) -> RunResult:
         """Run an execution of a root actor to its end, or to its first pause.
 
@@ -215,10 +225,14 @@ class Runtime:
             input: JSON input, delivered as ``Start(input=...)``.
             execution_id: The caller's id for this run.
             name: The root's name (its path is ``<kind>:<name>``); default: its kind.
+            timeout: A deadline for the whole execution (a `timedelta`, or seconds),
+                counted from its start on the runtime's clock and kept in the store:
+                whether it is running, paused or its process is down then, it ends
+                ``timed_out``. Only a new execution takes it; an existing id keeps its own.
 
         Raises:
             LeaseHeld: Another live process is running this execution.
-            ConfigurationError: ``name`` is not a valid path segment.
+            ConfigurationError: ``name`` is not a valid path segment, or ``timeout`` is not positive.
         """
         service = self._service()
         kind = getattr(factory, "kind", "actor")
@@ -228,7 +242,8 @@ class Runtime:
         started = await service.store.start_execution(
             NewExecution(execution_id=execution_id, runner=getattr(factory, "__qualname__", kind),
                          root_path=root_path, fingerprint=getattr(factory, "fingerprint", ""),
-                         version=getattr(factory, "version", ""), input=input),
+                         version=getattr(factory, "version", ""), input=input,
+                         deadline=deadline_after(timeout, self.hooks)),
             owner=owner, lease_seconds=self._settings.lease_seconds,
         )
         if started.created:
@@ -316,6 +331,11 @@ class Runtime:
         except LeaseHeld:
             if value is None:
                 raise
+            found = await service.store.get_execution(execution_id)
+            if found is not None and found.cancel is not None:
+                # A cancel came right after the decision, and holds the lease to end the run:
+                # this caller is told the outcome the canceller is.
+                return await service.carry_out_cancel(found)
             # A worker took the decided execution up first: it carries the decision out.
             return await service.result(execution_id)
         if lease is None:
@@ -375,17 +395,10 @@ class Runtime:
         warnings.warn("Runtime.claim() is now Runtime.decide()", DeprecationWarning, stacklevel=2)
         await self.decide(execution_id, value, path=path, seq=seq, by=by)
 
-    async def cancel(self, execution_id: str, *, force: bool = False) -> RunResult:
-        """Stop a paused (or crashed) execution for good: ``cancelled``, nothing pending.
-
-        The lease of a process that died on this machine is taken over at once; with
-        ``force``, any lease is (see `resume`).
-
-        Raises:
-            LeaseHeld: A live process is running it; cancel it there.
-            ExecutionNotFound: No such execution.
-        """
-        return await self._service().cancel(execution_id, force=force)
+    async def cancel(self, execution_id: str, *, reason: str = "", by: str | None = None,
+                     force: bool = False, wait: float | None = None) -> RunResult:
+        """Cancel an execution wherever it runs or waits: see `Executions.cancel`."""
+        return await self._service().cancel(execution_id, reason=reason, by=by, force=force, wait=wait)
 
     async def result(self, execution_id: str) -> RunResult:
         """Where the execution stands now, from the store."""
@@ -405,6 +418,10 @@ class Runtime:
         assert self._root is not None
         assert self.store is not None
         root_path = segment(getattr(factory, "kind", "actor"), name)
+        stop = stop_of(lease, self.hooks.now())
+        if stop is not None:  # cancelled, or past its deadline, before anything of it runs here
+            await release_stopped(self.store, lease, root_path, *stop)
+            return await self.result(lease.execution_id)
         state = ExecutionState(lease.execution_id, LeaseHolder(self.store, lease, journal))
         group = Group(self._root._tg, "", SupervisionStrategy.ONE_FOR_ONE, 0, 1.0, self._settings, state)
         try:
@@ -412,10 +429,12 @@ class Runtime:
                 renewal.start_soon(self._keep_lease, state)
                 root = await group.start_child(factory, name, restart="temporary", durable=True, root=True,
                                                fresh=fresh)
-                if fresh or not root._slot.accepted:
+                if (fresh or not root._slot.accepted) and not state.done.is_set():
                     await root.send(start)
                 await state.done.wait()
-                if state.holder.renewing:  # else the keeper ends by itself: a cancel costs a task's repr
+                if state.outcome in STOPPED:
+                    root._slot.scope.cancel()  # at the next await of whatever runs; a shielded() block ends first
+                if state.keeping:  # else the keeper ends by itself: a cancel costs a task's repr
                     renewal.cancel_scope.cancel()
         except BaseException as exc:
             fenced = _leaves_are(exc, StaleLease)  # taken over before the tree even started
@@ -468,8 +487,13 @@ class Runtime:
                                  output=json.loads(json.dumps(state.output)))
             if state.outcome == "paused":
                 wake = None if state.wake is None else state.wake.isoformat()
-                await release(holder.lease, status="paused", wake_at=state.wake,
+                # A worker takes it up at its deadline too, to end it there if nothing else did.
+                deadline = holder.lease.deadline
+                due = deadline if state.wake is None else state.wake if deadline is None else min(state.wake, deadline)
+                await release(holder.lease, status="paused", wake_at=due,
                               entries=[verdict(root_path, "paused", pending=holder.suspended, wake_at=wake)])
+            elif state.outcome in STOPPED:
+                await release_stopped(self.store, holder.lease, root_path, state.outcome, state.output)
             else:
                 error = _describe(state.error)
                 await release(holder.lease, status="failed", error=error,
@@ -480,20 +504,52 @@ class Runtime:
         return await self.result(execution_id)
 
     async def _keep_lease(self, state: ExecutionState) -> None:
-        """Renew the lease until the execution ends, riding out short store outages."""
+        """Renew the lease until the execution ends, riding out short store outages.
+
+        The keeper also ends the run from outside: when a cancel was asked for (the
+        store tells it at once where it can, else the next renewal says so) or the
+        deadline passed. It ends the run with that outcome; `_drive` stops the tree.
+        """
+        assert self.store is not None
         lease_seconds = self._settings.lease_seconds
-        while not state.done.is_set():
-            try:
-                await state.holder.keep(lease_seconds, until=state.done)
-            except StaleLease as exc:
-                state.lost = True
-                state.end("failed", error=exc)
-                return
-            except StoreUnavailable:
-                # The database is away for a moment: keep trying. Whether the lease survived
-                # is for the next renewal, or the next fenced write, to find out.
-                with anyio.move_on_after(lease_seconds / 10):
-                    await state.done.wait()
+        holder = state.holder
+        state.keeping = True
+        try:
+            async with self.store.watch_controls(state.execution_id, lambda: state.stirred.set()):
+                state.keeping = False
+                while not state.done.is_set():
+                    stop = stop_of(holder.lease, self.hooks.now())
+                    if stop is not None:
+                        state.end(*stop)
+                        return
+                    with anyio.move_on_after(self._until_renewal(holder.lease, lease_seconds)):
+                        await state.stirred.wait()
+                    if state.done.is_set():
+                        return
+                    state.stirred = anyio.Event()
+                    state.keeping = True
+                    try:
+                        holder.lease = await self.store.renew_lease(holder.lease, lease_seconds=lease_seconds)
+                    except StaleLease as exc:
+                        state.lost = True
+                        state.end("failed", error=exc)
+                        return
+                    except StoreUnavailable:
+                        # The database is away for a moment: keep trying. Whether the lease survived
+                        # is for the next renewal, or the next fenced write, to find out.
+                        with anyio.move_on_after(lease_seconds / 10):
+                            await state.done.wait()
+                    finally:
+                        state.keeping = False
+        finally:
+            state.keeping = False
+
+    def _until_renewal(self, lease: Lease, lease_seconds: float) -> float:
+        """Seconds until the keeper next renews: a third of the lease, or less to meet the deadline."""
+        wait = lease_seconds / 3
+        if lease.deadline is not None:
+            wait = min(wait, max(0.0, (lease.deadline - self.hooks.now()).total_seconds()))
+        return wait
 
     async def drive(self, factory: ActorFactory, lease: Lease, *, execution: Execution | None = None) -> RunResult:
         """Run an execution that `Store.take_work` leased to this process (what workers do).
@@ -524,19 +580,31 @@ class Runtime:
         *,
         execution_id: str,
         name: str | None = None,
+        timeout: timedelta | float | None = None,
     ) -> RunResult:
         """Record an execution for a worker to start, and return at once (``queued``).
 
         The id is an idempotency key, as for `run`: enqueuing it again returns
-        where it stands.
+        where it stands. ``timeout`` counts from now, as for `run`.
         """
         kind = getattr(factory, "kind", "actor")
         name = check_name(kind, name if name is not None else kind)
         return await self._service().enqueue(
             NewExecution(execution_id=execution_id, runner=getattr(factory, "__qualname__", kind),
                          root_path=segment(kind, name), fingerprint=getattr(factory, "fingerprint", ""),
-                         version=getattr(factory, "version", ""), input=input),
+                         version=getattr(factory, "version", ""), input=input, deadline=deadline_after(timeout, self.hooks)),
         )
+
+
+def deadline_after(timeout: timedelta | float | None, hooks: Hooks) -> datetime | None:
+    """The deadline of an execution started now with ``timeout`` (seconds, or a span), on the hooks' clock."""
+    if timeout is None:
+        return None
+    span = timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout)
+    if span <= timedelta(0):
+        raise ConfigurationError(f"timeout={timeout!r} is not positive: give the execution time to run, "
+                                 f"e.g. timeout=timedelta(hours=1), or none (timeout=None).")
+    return hooks.now() + span
 
 
 def _leaves(error: BaseException) -> list[BaseException]:

@@ -11,16 +11,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from pydantic import BaseModel
 from tether.runtime._core.events import verdict
 from tether.runtime._core.execution import RunResult
 from tether.runtime._core.hooks import Hooks, installed
 from tether.runtime._core.interrupt import Resume, loaded_model
-from tether.runtime._core.journal import take_lease
+from tether.runtime._core.journal import operator_name, take_lease
 from tether.runtime._core.owners import is_dead, process_owner, tag
-from tether.stores import ConfigurationError, ExecutionFinished, ExecutionNotFound, LeaseHeld
+from tether.stores import ConfigurationError, ExecutionFinished, ExecutionNotFound, LeaseHeld, StaleLease
 
 if TYPE_CHECKING:
+    from tether.runtime._core.execution import Outcome
     from tether.stores import Execution, JournalEntry, Lease, NewExecution, Store
 
 
@@ -83,7 +85,8 @@ class Executions:
             NoPendingInterrupt: Nothing is pending at ``path``.
             LeaseHeld: Another live process runs the execution.
             ExecutionNotFound: No such execution.
-            ExecutionFinished: It was cancelled (a decision for it is refused).
+            ExecutionFinished: It was cancelled or timed out (a decision for it is refused), or a
+                cancel came first and has ended it.
             ConfigurationError: The expected decision type is not defined in this process.
             pydantic.ValidationError: ``value`` is not a valid decision; nothing was claimed.
         """
@@ -95,6 +98,7 @@ class Executions:
             entry = await self.store.claim(execution_id, decision, path=path, seq=seq, owner=carrier, by=by)
         except LeaseHeld as held:
             if not (force or is_dead(held.owner)):
+                await self._refuse_if_cancelling(execution_id)
                 raise
             # Its process is gone: the decision is carried out by whoever takes the lease over.
             entry = await self.store.claim(execution_id, decision, path=path, seq=seq, owner=held.owner, by=by)
@@ -107,6 +111,15 @@ class Executions:
             return entry
         self.hooks.faults.reached("after_claim")
         return entry
+
+    async def _refuse_if_cancelling(self, execution_id: str) -> None:
+        """A lease held to carry out a cancel (or that ended the run since): refuse the decision with its outcome."""
+        found = await self.store.get_execution(execution_id)
+        if found is not None and found.finished:
+            raise ExecutionFinished(execution_id, found.status)
+        if found is not None and found.cancel is not None:
+            ended = await self.carry_out_cancel(found)
+            raise ExecutionFinished(execution_id, ended.status)
 
     def _checked(self, execution_id: str, value: BaseModel | dict[str, Any], path: str | None, seq: int | None,
                  journal: list[JournalEntry]) -> dict[str, Any]:
@@ -157,25 +170,82 @@ class Executions:
         except ExecutionFinished:
             return None
 
-    async def cancel(self, execution_id: str, *, force: bool = False) -> RunResult:
-        """Stop a paused (or crashed) execution for good: ``cancelled``, nothing pending.
+    async def cancel(self, execution_id: str, *, reason: str = "", by: str | None = None,
+                     force: bool = False, wait: float | None = None) -> RunResult:
+        """Cancel an execution for good, wherever it runs or waits: ``cancelled``, nothing pending.
 
-        The lease of a process that died on this machine is taken over at once; with
-        ``force``, any lease is.
+        The request is recorded first, in one transaction, so it holds whatever
+        happens next: the first request stands, and whoever holds or next takes the
+        execution carries it out. A paused, decided, queued or sleeping execution
+        is cancelled here and now. A running one is stopped by the process that
+        runs it, which is told (Postgres: at once, by ``NOTIFY``; SQLite: at its next
+        lease renewal, within a third of its lease) and cancels what it runs at its
+        next ``await``; a `shielded` block is let finish first. A holder that has
+        hung is waited out until its lease lapses, then cancelled from here.
+
+        Racing a resume, a recovery or a worker, there is one outcome and both
+        callers are told it: a decision claimed before the cancel is carried out
+        by nobody (the run ends ``cancelled``); one claimed after it is refused
+        (`ExecutionFinished`). The journal's verdict says who cancelled and why.
+
+        Args:
+            execution_id: Which execution.
+            reason: Why, for the journal and the operators (``"customer withdrew"``).
+            by: Who (``"cli:alice"``); default: ``"python:<user>"`` of this process.
+            force: Take over a lease held elsewhere at once (see `Runtime.resume`).
+            wait: Seconds to wait at most for a running execution to stop (None: until
+                it has stopped; 0: not at all, the result then says ``running``).
+
+        Returns:
+            Where the execution stands: ``cancelled``, or the verdict it reached
+            first (``completed``, ``failed``, ``timed_out``), or ``running`` when it
+            was still stopping once ``wait`` ran out.
 
         Raises:
-            LeaseHeld: A live process is running it; cancel it there.
             ExecutionNotFound: No such execution.
         """
-        execution = await self.store.get_execution(execution_id)
+        who = by if by is not None else f"python:{operator_name()}"
+        execution = await self.store.request_cancel(execution_id, by=who, reason=reason)
         if execution is None:
             raise ExecutionNotFound(execution_id)
-        lease = await self.take_over(execution_id, f"{self.owner}/{tag()}", root_path=execution.root_path,
-                                     force=force)
-        if lease is not None:
-            await self.store.release_lease(lease, status="cancelled",
-                                           entries=[verdict(execution.root_path, "cancelled")])
+        if execution.finished:
+            return await self.result_of(execution)
+        with anyio.move_on_after(float("inf") if wait is None else wait):
+            return await self.carry_out_cancel(execution, force=force)
         return await self.result(execution_id)
+
+    async def carry_out_cancel(self, execution: Execution, *, force: bool = False) -> RunResult:
+        """Cancel ``execution``, whose cancel is recorded, here; or wait for its holder (or its lease's end) to."""
+        execution_id = execution.execution_id
+        owner = f"{self.owner}/{tag()}"
+        while True:
+            try:
+                lease = await self.take_over(execution_id, owner, root_path=execution.root_path, force=force)
+            except LeaseHeld as held:
+                await self._wait_stopped(execution_id, held.expires_at)
+                continue
+            if lease is not None:
+                stop = stop_of(lease, self.hooks.now())
+                assert stop is not None  # the lease carries the request recorded above
+                try:
+                    await release_stopped(self.store, lease, execution.root_path, *stop)
+                except StaleLease:
+                    pass  # taken over meanwhile (a worker, a resume): it carries the cancel out
+            found = await self.store.get_execution(execution_id)
+            if found is None:
+                raise ExecutionNotFound(execution_id)
+            if found.finished:
+                return await self.result_of(found)
+
+    async def _wait_stopped(self, execution_id: str, until: datetime) -> None:
+        """Wait until the execution has a verdict, or until ``until`` (its holder's lease runs out)."""
+        async with self.store.watch(execution_id) as watch:
+            with anyio.move_on_after(max(0.0, (until - datetime.now(UTC)).total_seconds()) + 0.05):
+                while True:
+                    found = await self.store.get_execution(execution_id)
+                    if found is None or found.finished:
+                        return
+                    await watch.wait()
 
     async def result(self, execution_id: str) -> RunResult:
         """Where the execution stands now, from the store.
@@ -200,6 +270,29 @@ class Executions:
         """Record an execution for a worker to start (``queued``); an id already known is left as it is."""
         started = await self.store.enqueue_execution(new)
         return await self.result_of(started.execution)
+
+
+def stop_of(lease: Lease, now: datetime) -> tuple[Outcome, dict[str, Any]] | None:
+    """What ends the run held by ``lease`` from outside, now: a cancel asked for, or its deadline passed.
+
+    The outcome and its verdict's payload; None when the run may go on.
+    """
+    if isinstance(lease.cancel, dict):
+        return "cancelled", {"by": lease.cancel.get("by"), "reason": lease.cancel.get("reason")}
+    if lease.deadline is not None and now >= lease.deadline:
+        return "timed_out", {"deadline": lease.deadline.isoformat()}
+    return None
+
+
+async def release_stopped(store: Store, lease: Lease, root_path: str, outcome: Outcome,
+                          payload: dict[str, Any]) -> None:
+    """End a cancelled or timed-out run: its verdict, its status, its pending rows gone, in one transaction."""
+    if outcome == "cancelled":
+        reason = f": {payload['reason']}" if payload.get("reason") else ""
+        error = f"Cancelled by {payload.get('by')}{reason}"
+    else:
+        error = f"Timed out: its deadline {payload.get('deadline')} passed before it finished"
+    await store.release_lease(lease, status=outcome, error=error, entries=[verdict(root_path, outcome, **payload)])
 
 
 FORKING = "fork in progress"

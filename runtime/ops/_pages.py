@@ -126,7 +126,8 @@ _LIVE = """<script>
   const pending = document.getElementById("pending");
   const base = new Set(["execution_id", "path", "label", "cursor", "at", "type"]);
   const verdicts = {execution_paused: "paused", execution_completed: "completed", execution_failed: "failed",
-                    execution_cancelled: "cancelled", execution_resumed: "decided"};
+                    execution_cancelled: "cancelled", execution_timed_out: "timed_out",
+                    execution_resumed: "decided"};
   const source = new EventSource(location.pathname + "/events?after=" + table.dataset.cursor);
   const cell = (row, text, code) => {
     const td = row.insertCell();
@@ -152,7 +153,8 @@ _LIVE = """<script>
       for (const line of pending.querySelectorAll("[data-testid=pending]"))
         if (line.dataset.path === event.path) line.remove();
     }
-    if (["execution_completed", "execution_failed", "execution_cancelled"].includes(event.type)) source.close();
+    if (["execution_completed", "execution_failed", "execution_cancelled", "execution_timed_out"]
+        .includes(event.type)) source.close();
   };
   for (const type of TYPES) source.addEventListener(type, show);
 })();

@@ -19,6 +19,7 @@ LAST_CURSOR = 2**63 - 1
 
 _BASE = frozenset({"execution_id", "path", "label", "cursor", "at", "type"})
 _STYLES = {"execution_completed": "green", "execution_failed": "red", "execution_cancelled": "yellow",
+           "execution_timed_out": "red",
            "execution_paused": "yellow", "interrupt": "yellow", "execution_resumed": "cyan"}
 
 

@@ -66,10 +66,10 @@ if TYPE_CHECKING:
 
 _EXEC_COLS = (
     "id, runner, root_path, fingerprint, status, input, result, error, "
-    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at, version"
+    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at, version, deadline, cancel"
 )
 _PENDING_COLS = "execution_id, path, reason, context, seq, created_at, deadline, default_value"
-_FINAL_SQL = "('completed', 'failed', 'cancelled')"
+_FINAL_SQL = "('completed', 'failed', 'cancelled', 'timed_out')"
 _FENCE = "id = $1 AND lease_epoch = $2 AND lease_owner = $3"
 # Inserts the entries given as four parallel arrays, numbered from bump.first.
 _INSERT_ENTRIES = """
@@ -102,7 +102,16 @@ def _execution(row: asyncpg.Record) -> Execution:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         version=row["version"],
+        deadline=row["deadline"],
+        cancel=None if row["cancel"] is None else _json.loads(row["cancel"]),
     )
+
+
+def _lease(execution_id: str, owner: str, row: asyncpg.Record) -> Lease:
+    """A lease as a statement that took it returned it, with what its holder must obey."""
+    return Lease(execution_id=execution_id, owner=owner, epoch=row["lease_epoch"],
+                 expires_at=row["lease_expires_at"], deadline=row["deadline"],
+                 cancel=None if row["cancel"] is None else _json.loads(row["cancel"]))
 
 
 def _pending(row: asyncpg.Record) -> PendingInterrupt:
@@ -200,6 +209,8 @@ class PostgresStore(DriverStore):
         self._journal_listener: PostgresListener | None = None
         self._followers = 0
         self._follow_lock: anyio.Lock | None = None
+        self._control_listener: PostgresListener | None = None
+        self._control_lock: anyio.Lock | None = None
         self._appending: dict[str, int] = {}  # followed executions this object is appending to now
 
     def __repr__(self) -> str:
@@ -438,11 +449,12 @@ class PostgresStore(DriverStore):
 
     async def aclose(self) -> None:
         # Its followers are told (they read next, and learn that the store is closed), and
-        # their LISTEN connection goes with it.
-        listener, self._journal_listener = self._journal_listener, None
-        if listener is not None:
-            with anyio.CancelScope(shield=True), contextlib.suppress(StoreError, UsageError):
-                await listener.aclose()
+        # their LISTEN connections go with it.
+        for listener in (self._journal_listener, self._control_listener):
+            if listener is not None:
+                with anyio.CancelScope(shield=True), contextlib.suppress(StoreError, UsageError):
+                    await listener.aclose()
+        self._journal_listener = self._control_listener = None
         if self._watchers:
             self._watchers.poke_all()
         await super().aclose()
@@ -487,16 +499,16 @@ class PostgresStore(DriverStore):
         rows = await self._fetch(
             f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
             "VALUES ($1, $2, $3, $4, 'running', $5::json, NULL, NULL, $6, "
-            "now() + make_interval(secs => $7), 1, now(), now(), NULL, $8, 1) "
+            "now() + make_interval(secs => $7), 1, now(), now(), NULL, $8, $9, NULL, 1) "
             f"ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
             new.execution_id, new.runner, new.root_path, new.fingerprint, input_json,
-            owner, float(lease_seconds), new.version, write=True,
+            owner, float(lease_seconds), new.version, new.deadline, write=True,
         )
         if rows:
             execution = _execution(rows[0])
             assert execution.lease_expires_at is not None
             lease = Lease(execution_id=new.execution_id, owner=owner, epoch=1,
-                          expires_at=execution.lease_expires_at)
+                          expires_at=execution.lease_expires_at, deadline=execution.deadline)
             return StartResult(execution=execution, created=True, lease=lease)
         existing = await self.get_execution(new.execution_id)
         assert existing is not None  # executions are only removed by delete/prune
@@ -506,9 +518,10 @@ class PostgresStore(DriverStore):
         input_json = _json.dumps(new.input, what="the execution's input")
         rows = await self._fetch(
             f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
-            "VALUES ($1, $2, $3, $4, 'queued', $5::json, NULL, NULL, NULL, NULL, 0, now(), now(), now(), $6, 1) "
-            f"ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
-            new.execution_id, new.runner, new.root_path, new.fingerprint, input_json, new.version, write=True,
+            "VALUES ($1, $2, $3, $4, 'queued', $5::json, NULL, NULL, NULL, NULL, 0, now(), now(), now(), $6, $7, "
+            f"NULL, 1) ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
+            new.execution_id, new.runner, new.root_path, new.fingerprint, input_json, new.version, new.deadline,
+            write=True,
         )
         if rows:
             return StartResult(execution=_execution(rows[0]), created=True)
@@ -536,12 +549,57 @@ class PostgresStore(DriverStore):
                 lease_expires_at = now() + make_interval(secs => $2),
                 lease_epoch = e.lease_epoch + 1, status = 'running', wake_at = NULL, updated_at = now()
             FROM ready WHERE e.id = ready.id
-            RETURNING e.id, e.lease_epoch, e.lease_expires_at""",
+            RETURNING e.id, e.lease_epoch, e.lease_expires_at, e.deadline, e.cancel""",
             owner, float(lease_seconds), limit, None if roots is None else list(roots),
             None if versions is None else version_pairs(versions), write=True,
         )
-        return [Lease(execution_id=r["id"], owner=owner, epoch=r["lease_epoch"], expires_at=r["lease_expires_at"])
-                for r in rows]
+        return [_lease(r["id"], owner, r) for r in rows]
+
+    async def request_cancel(self, execution_id: str, *, by: str, reason: str) -> Execution | None:
+        request = _json.dumps({"by": by, "reason": reason}, what="the cancel request")
+        # The NOTIFY tells the holder of a running one (sent on commit only); setting
+        # wake_at tells the workers of one nobody runs, through its trigger.
+        rows = await self._fetch(
+            f"""WITH asked AS (
+                UPDATE tether_executions SET
+                    cancel = coalesce(cancel, json_build_object('by', $2::json->'by', 'reason', $2::json->'reason',
+                                                                'at', now())),
+                    updated_at = now(),
+                    wake_at = CASE WHEN status = 'running' THEN wake_at ELSE now() END
+                WHERE id = $1 AND status NOT IN {_FINAL_SQL}
+                RETURNING {_EXEC_COLS}, pg_notify('tether_control', id) AS told
+            ) SELECT {_EXEC_COLS} FROM asked
+            UNION ALL SELECT {_EXEC_COLS} FROM tether_executions
+            WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM asked)""",
+            execution_id, request, write=True,
+        )
+        self._control_requested(execution_id)
+        return _execution(rows[0]) if rows else None
+
+    def _control_source(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self._listening_to_controls()
+
+    @contextlib.asynccontextmanager
+    async def _listening_to_controls(self) -> AsyncIterator[None]:
+        # One LISTEN connection for every holder of this store object, opened with the first
+        # and kept until the store closes: a run should not pay a connection for its cancel.
+        # If it cannot be had, holders learn of a cancel at their next renewal instead.
+        with contextlib.suppress(StoreUnavailable):
+            await self._listen_to_controls()
+        yield
+
+    async def _listen_to_controls(self) -> None:
+        if self._control_lock is None:
+            self._control_lock = anyio.Lock()
+        async with self._control_lock:
+            listener = self._control_listener
+            if listener is not None and not listener.closed:
+                return
+            schedule = threadsafe_scheduler()
+            requested = self._control_requested
+            self._control_listener = await self._listen_on(
+                "tether_control", lambda execution_id: schedule(lambda: requested(execution_id))
+            )
 
     async def get_execution(self, execution_id: str) -> Execution | None:
         rows = await self._fetch(
@@ -609,12 +667,11 @@ class PostgresStore(DriverStore):
                 f"WHERE id = $1 AND status NOT IN {_FINAL_SQL} "
                 "AND (lease_owner IS NULL OR lease_expires_at <= now() OR lease_owner = $2 "
                 "     OR lease_owner = $4::text) "
-                "RETURNING lease_epoch, lease_expires_at",
+                "RETURNING lease_epoch, lease_expires_at, deadline, cancel",
                 execution_id, owner, float(lease_seconds), replacing, write=True,
             )
             if rows:
-                return Lease(execution_id=execution_id, owner=owner, epoch=rows[0]["lease_epoch"],
-                             expires_at=rows[0]["lease_expires_at"])
+                return _lease(execution_id, owner, rows[0])
             found = await self._fetch(
                 "SELECT status, lease_owner, lease_expires_at, "
                 "lease_owner IS NOT NULL AND lease_expires_at > now() AS held "
@@ -631,12 +688,14 @@ class PostgresStore(DriverStore):
     async def renew_lease(self, lease: Lease, *, lease_seconds: float) -> Lease:
         rows = await self._fetch(
             "UPDATE tether_executions SET lease_expires_at = now() + make_interval(secs => $4) "
-            f"WHERE {_FENCE} RETURNING lease_expires_at",
+            f"WHERE {_FENCE} RETURNING lease_expires_at, cancel",
             lease.execution_id, lease.epoch, lease.owner, float(lease_seconds), write=True,
         )
         if not rows:
             raise await self._explain_fence(lease)
-        return lease.model_copy(update={"expires_at": rows[0]["lease_expires_at"]})
+        cancel = rows[0]["cancel"]
+        return lease.model_copy(update={"expires_at": rows[0]["lease_expires_at"],
+                                        "cancel": None if cancel is None else _json.loads(cancel)})
 
     async def release_lease(
         self,
@@ -659,6 +718,7 @@ class PostgresStore(DriverStore):
                     status = coalesce($9::text, status),
                     result = CASE WHEN $10 THEN $11::json ELSE result END,
                     error = CASE WHEN $10 THEN $12::text ELSE error END,
+                    cancel = CASE WHEN $10 THEN NULL ELSE cancel END,
                     updated_at = now()
                 WHERE {_FENCE} RETURNING next_seq - $4 AS first
             ), cleared AS (
@@ -848,26 +908,27 @@ class PostgresStore(DriverStore):
 
     async def _explain_failed_claim(self, execution_id: str, path: str | None,
                                     owner: str | None = None) -> StoreError:
-        """Why the claim's statement consumed nothing: the facts, read after it (see `failed_claim`)."""
-        execution = await self.get_execution(execution_id)
-        if execution is None:
+        """Why the claim's statement consumed nothing: the facts, read after it (see `failed_claim`).
+
+        In one statement, so one snapshot: a cancel committing meanwhile cannot show
+        its lease from before and its cleared pending rows from after.
+        """
+        rows = await self._fetch(
+            """SELECT e.status, e.lease_expires_at,
+                CASE WHEN e.lease_owner IS NOT NULL AND e.lease_expires_at > now()
+                     AND e.lease_owner IS DISTINCT FROM $2::text THEN e.lease_owner END AS held_by,
+                ARRAY(SELECT p.path FROM tether_pending p WHERE p.execution_id = $1 ORDER BY p.path) AS pending,
+                (SELECT j.path FROM tether_journal j WHERE j.execution_id = $1 AND j.kind = 'resumed'
+                 AND ($3::text IS NULL OR j.path = $3) ORDER BY j.seq DESC LIMIT 1) AS resumed
+            FROM tether_executions e WHERE e.id = $1""",
+            execution_id, owner, path,
+        )
+        if not rows:
             return failed_claim(execution_id, path, status=None)
-        pending = await self._pending_paths(execution_id)
-        held = await self._fetch(
-            "SELECT lease_owner, lease_expires_at FROM tether_executions WHERE id = $1 "
-            "AND lease_owner IS NOT NULL AND lease_expires_at > now() "
-            "AND lease_owner IS DISTINCT FROM $2::text",
-            execution_id, owner,
-        )
-        resumed = await self._fetch(
-            "SELECT path FROM tether_journal WHERE execution_id = $1 AND kind = 'resumed' "
-            "AND ($2::text IS NULL OR path = $2) ORDER BY seq DESC LIMIT 1",
-            execution_id, path,
-        )
+        row = rows[0]
         return failed_claim(
-            execution_id, path, status=execution.status, pending=pending,
-            last_resumed=resumed[0]["path"] if resumed else None,
-            held=(held[0]["lease_owner"], held[0]["lease_expires_at"]) if held else None,
+            execution_id, path, status=row["status"], pending=list(row["pending"]), last_resumed=row["resumed"],
+            held=(row["held_by"], row["lease_expires_at"]) if row["held_by"] is not None else None,
         )
 
     async def list_pending(

@@ -18,10 +18,10 @@ if TYPE_CHECKING:
 
 EXEC_COLS = (
     "id, runner, root_path, fingerprint, status, input, result, error, "
-    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at, version"
+    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at, version, deadline, cancel"
 )
 PENDING_COLS = "execution_id, path, reason, context, seq, created_at, deadline, default_value"
-FINAL_SQL = "('completed', 'failed', 'cancelled')"
+FINAL_SQL = "('completed', 'failed', 'cancelled', 'timed_out')"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -70,6 +70,8 @@ def execution_from(row: Sequence[Any]) -> Execution:
         updated_at=from_us(row[12]),
         wake_at=from_us_or_none(row[13]),
         version=row[14],
+        deadline=from_us_or_none(row[15]),
+        cancel=None if row[16] is None else _json.loads(row[16]),
     )
 
 

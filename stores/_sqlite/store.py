@@ -63,6 +63,7 @@ from .rows import (
     PENDING_COLS,
     execution_from,
     from_us,
+    from_us_or_none,
     now_us,
     pending_from,
     span_us,
@@ -337,19 +338,20 @@ class SQLiteStore(DriverStore):
         self, new: NewExecution, *, owner: str, lease_seconds: float
     ) -> StartResult:
         input_json = _json.dumps(new.input, what="the execution's input")
+        deadline = None if new.deadline is None else to_us(new.deadline)
 
         def fn(db: sqlite3.Connection, now: int) -> StartResult:
             row = db.execute(
                 f"INSERT INTO tether_executions ({EXEC_COLS}) "
-                "VALUES (?, ?, ?, ?, 'running', ?, NULL, NULL, ?, ?, 1, ?, ?, NULL, ?) "
+                "VALUES (?, ?, ?, ?, 'running', ?, NULL, NULL, ?, ?, 1, ?, ?, NULL, ?, ?, NULL) "
                 f"ON CONFLICT (id) DO NOTHING RETURNING {EXEC_COLS}",
                 (new.execution_id, new.runner, new.root_path, new.fingerprint, input_json,
-                 owner, now + span_us(lease_seconds), now, now, new.version),
+                 owner, now + span_us(lease_seconds), now, now, new.version, deadline),
             ).fetchone()
             if row is not None:
                 execution = execution_from(row)
                 lease = Lease(execution_id=new.execution_id, owner=owner, epoch=1,
-                              expires_at=from_us(now + span_us(lease_seconds)))
+                              expires_at=from_us(now + span_us(lease_seconds)), deadline=new.deadline)
                 return StartResult(execution=execution, created=True, lease=lease)
             row = db.execute(
                 f"SELECT {EXEC_COLS} FROM tether_executions WHERE id = ?", (new.execution_id,)
@@ -360,14 +362,15 @@ class SQLiteStore(DriverStore):
 
     async def enqueue_execution(self, new: NewExecution) -> StartResult:
         input_json = _json.dumps(new.input, what="the execution's input")
+        deadline = None if new.deadline is None else to_us(new.deadline)
 
         def fn(db: sqlite3.Connection, now: int) -> StartResult:
             row = db.execute(
                 f"INSERT INTO tether_executions ({EXEC_COLS}) "
-                "VALUES (?, ?, ?, ?, 'queued', ?, NULL, NULL, NULL, NULL, 0, ?, ?, ?, ?) "
+                "VALUES (?, ?, ?, ?, 'queued', ?, NULL, NULL, NULL, NULL, 0, ?, ?, ?, ?, ?, NULL) "
                 f"ON CONFLICT (id) DO NOTHING RETURNING {EXEC_COLS}",
                 (new.execution_id, new.runner, new.root_path, new.fingerprint, input_json, now, now, now,
-                 new.version),
+                 new.version, deadline),
             ).fetchone()
             if row is not None:
                 return StartResult(execution=execution_from(row), created=True)
@@ -399,12 +402,29 @@ class SQLiteStore(DriverStore):
                 "    AND (? IS NULL OR version = '' "
                 "         OR root_path || char(31) || version IN (SELECT value FROM json_each(?))) "
                 "  ORDER BY coalesce(wake_at, lease_expires_at, 0) LIMIT ?) "
-                "RETURNING id, lease_epoch",
+                "RETURNING id, lease_epoch, deadline, cancel",
                 (owner, expires, now, now, now, root_list, root_list, pairs, pairs, limit),
             ).fetchall()
-            return [Lease(execution_id=r[0], owner=owner, epoch=r[1], expires_at=from_us(expires)) for r in rows]
+            return [_lease(r[0], owner, r[1], expires, r[2], r[3]) for r in rows]
 
         return await self._write(fn)
+
+    async def request_cancel(self, execution_id: str, *, by: str, reason: str) -> Execution | None:
+        request = _json.dumps({"by": by, "reason": reason}, what="the cancel request")
+
+        def fn(db: sqlite3.Connection, now: int) -> Execution | None:
+            row = db.execute(
+                "UPDATE tether_executions SET "
+                "cancel = coalesce(cancel, json_set(?, '$.at', ?)), updated_at = ?, "
+                "wake_at = CASE WHEN status = 'running' THEN wake_at ELSE ? END "
+                f"WHERE id = ? AND status NOT IN {FINAL_SQL} RETURNING {EXEC_COLS}",
+                (request, from_us(now).isoformat(), now, now, execution_id),
+            ).fetchone()
+            return execution_from(row) if row is not None else _execution(db, execution_id)
+
+        execution = await self._write(fn)
+        self._control_requested(execution_id)
+        return execution
 
     async def get_execution(self, execution_id: str) -> Execution | None:
         return await self._read(lambda db: _execution(db, execution_id))
@@ -462,12 +482,11 @@ class SQLiteStore(DriverStore):
                 "lease_epoch = lease_epoch + 1, status = 'running', updated_at = ? "
                 f"WHERE id = ? AND status NOT IN {FINAL_SQL} "
                 "AND (lease_owner IS NULL OR lease_expires_at <= ? OR lease_owner = ? OR lease_owner = ?) "
-                "RETURNING lease_epoch, lease_expires_at",
+                "RETURNING lease_epoch, lease_expires_at, deadline, cancel",
                 (owner, now + span_us(lease_seconds), now, execution_id, now, owner, replacing),
             ).fetchone()
             if row is not None:
-                return Lease(execution_id=execution_id, owner=owner, epoch=row[0],
-                             expires_at=from_us(row[1]))
+                return _lease(execution_id, owner, *row)
             found = db.execute(
                 "SELECT status, lease_owner, lease_expires_at FROM tether_executions WHERE id = ?",
                 (execution_id,),
@@ -484,12 +503,13 @@ class SQLiteStore(DriverStore):
         def fn(db: sqlite3.Connection, now: int) -> Lease:
             row = db.execute(
                 "UPDATE tether_executions SET lease_expires_at = ? "
-                "WHERE id = ? AND lease_epoch = ? AND lease_owner = ? RETURNING lease_expires_at",
+                "WHERE id = ? AND lease_epoch = ? AND lease_owner = ? RETURNING lease_expires_at, cancel",
                 (now + span_us(lease_seconds), lease.execution_id, lease.epoch, lease.owner),
             ).fetchone()
             if row is None:
                 raise self._fence_error(db, lease)
-            return lease.model_copy(update={"expires_at": from_us(row[0])})
+            return lease.model_copy(update={"expires_at": from_us(row[0]),
+                                            "cancel": None if row[1] is None else _json.loads(row[1])})
 
         return await self._write(fn)
 
@@ -513,8 +533,9 @@ class SQLiteStore(DriverStore):
                 db, lease,
                 "lease_owner = NULL, lease_expires_at = NULL, status = coalesce(?, status), "
                 "result = CASE WHEN ? THEN ? ELSE result END, "
-                "error = CASE WHEN ? THEN ? ELSE error END, updated_at = ?, wake_at = ?",
-                (status, final, result_json, final, error, now, wake),
+                "error = CASE WHEN ? THEN ? ELSE error END, updated_at = ?, wake_at = ?, "
+                "cancel = CASE WHEN ? THEN NULL ELSE cancel END",
+                (status, final, result_json, final, error, now, wake, final),
             )
             if final:
                 db.execute("DELETE FROM tether_pending WHERE execution_id = ?", (lease.execution_id,))
@@ -851,6 +872,13 @@ class SQLiteStore(DriverStore):
                 f"{problems[0]} {DAMAGE_HINT}"
             )
         return problems
+
+
+def _lease(execution_id: str, owner: str, epoch: int, expires: int, deadline: int | None,
+           cancel: str | None) -> Lease:
+    """A lease as a statement that took it returned it, with what its holder must obey."""
+    return Lease(execution_id=execution_id, owner=owner, epoch=epoch, expires_at=from_us(expires),
+                 deadline=from_us_or_none(deadline), cancel=None if cancel is None else _json.loads(cancel))
 
 
 def _data_version(db: sqlite3.Connection) -> int:
