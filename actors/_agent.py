@@ -19,10 +19,12 @@ from tether.stores import ConfigurationError, Store
 from ._llm import LLM
 from ._loop import Final, TurnLoop
 from ._messages import Message, SystemMessage, UserMessage
+from ._steps import step_seconds
 from ._tools import FunctionTool
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from datetime import timedelta
 
     from pydantic import BaseModel
 
@@ -41,6 +43,11 @@ class Agent(Runner):
         output_type: A pydantic model the final answer must parse as (JSON);
             ``result.output`` is then an instance of it.
         max_turns: LLM calls allowed per run before it fails with `MaxTurnsExceeded`.
+        llm_timeout: Seconds (or a ``timedelta``) one LLM call may take, retries
+            included: the whole ``llm.complete(...)``. A call that overruns is cancelled
+            and the run fails with `StepTimeout` at ``agent:<name>/turn:<N>``. (An
+            adapter's own ``timeout``, such as `OpenAIChatLLM`'s, limits each network
+            phase of each attempt instead.) Tools take their own ``timeout=`` (`FunctionTool`).
         lease_seconds: How long a crashed run's lease outlives its process.
         version: The version runs start on (``"2"``); a run continues on the version it
             started on when that is loaded (docs/versions.md). Default: none.
@@ -63,6 +70,7 @@ class Agent(Runner):
         system_prompt: str = "",
         output_type: type[BaseModel] | None = None,
         max_turns: int = 20,
+        llm_timeout: float | timedelta | None = None,
         lease_seconds: float = 30.0,
         version: str | None = None,
     ) -> None:
@@ -79,6 +87,9 @@ class Agent(Runner):
         self.system_prompt = system_prompt
         self.output_type = output_type
         self.max_turns = max_turns
+        self.llm_timeout: float | None = step_seconds(llm_timeout, f"the LLM calls of agent {name!r}",
+                                                      setting="llm_timeout")
+        """Seconds one LLM call may take (``None``: no limit)."""
         self.lease_seconds = lease_seconds
         self.version = self._versioned(version)
         self.tools: dict[str, FunctionTool] = {}

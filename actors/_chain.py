@@ -25,16 +25,21 @@ import copy
 import inspect
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
 from pydantic import BaseModel, JsonValue
-from tether.runtime import Actor, NodeStarted, Runner, Start, call_scope, emit
+from tether.runtime import Actor, NodeStarted, Runner, Start, call_scope, emit, shielded
 from tether.stores import ConfigurationError, JournalEntry, Store
 
 from ._control import settled
+from ._steps import step_seconds, within
+
+if TYPE_CHECKING:
+    from datetime import timedelta
 
 NodeFn = Callable[[Any], Any]
 """A node: a sync or async function of the state returning a dict of updates (or None)."""
@@ -53,7 +58,8 @@ class Chain(Runner):
 
     Args:
         name: The chain's name; its path is ``chain:<name>``.
-        nodes: Node functions to add in order, joined into a line.
+        nodes: Node functions to add in order, joined into a line (`add_node` adds one
+            with a ``timeout=`` or ``shielded=True``).
         store: Where its executions are journaled (``tether serve`` and the CLI
             give their own to the runners they load).
         state: A pydantic model for the state; nodes then receive it typed.
@@ -89,6 +95,8 @@ class Chain(Runner):
         self._entry = entry
         self._nodes: dict[str, NodeFn] = {}
         self._async: dict[str, bool] = {}  # per node: called on the loop, or in a worker thread
+        self._timeouts: dict[str, float] = {}  # the nodes that have a timeout, in seconds
+        self._shielded: set[str] = set()
         self._edges: list[_Edge] = []
         self._edge_keys: set[tuple[str, str, object, int | None]] = set()  # to refuse an identical edge
         previous = None
@@ -99,8 +107,43 @@ class Chain(Runner):
             previous = current
         self._actor = type(f"Chain[{name}]", (_ChainActor,), {"kind": "chain", "chain": self})
 
-    def add_node(self, fn: NodeFn, name: str | None = None) -> str:
-        """Add a node; its name defaults to the function's. Returns the name."""
+    def add_node(
+        self,
+        fn: NodeFn,
+        name: str | None = None,
+        *,
+        timeout: float | timedelta | None = None,
+        shielded: bool = False,
+    ) -> str:
+        """Add a node; its name defaults to the function's. Returns the name.
+
+        Args:
+            fn: The node: a sync or async function of the state returning a dict of updates (or None).
+            name: The node's name, unique in the chain; its path is ``chain:<chain>/node:<name>``.
+            timeout: Seconds (or a ``timedelta``) one run of an async node may take. A node
+                that overruns is cancelled at its next ``await`` and fails the execution with
+                `StepTimeout`. Each run gets the whole timeout: a node that pauses
+                (``interrupt()``) and runs again on resume starts afresh. Sync nodes run in a
+                worker thread, which cannot be stopped, so they refuse it: make the node
+                async, or give its blocking call a timeout of its own.
+            shielded: Run the node inside `tether.runtime.shielded`: a cancel of the execution,
+                its deadline, or a process shutting down waits until the node has finished
+                and its update is journaled, then takes effect. For a node that must not stop
+                half-way (a transfer and its record). A shielded node cannot have a timeout.
+
+        Raises:
+            ConfigurationError: The name is taken or not a valid name; ``timeout`` is not
+                positive, is given to a sync node, or is given with ``shielded=True``.
+
+        Example:
+            ```python
+            chain = Chain("refund", [validate], store=store)
+            chain.add_node(fetch_quote, timeout=30)     # async: cancelled after 30 s
+            chain.add_node(charge, shielded=True)       # a cancel waits for it
+            chain.add_edge("validate", "fetch_quote")
+            chain.add_edge("fetch_quote", "charge")
+            ```
+        """
         node = name or getattr(fn, "__name__", None)
         if node in self._nodes:
             raise ConfigurationError(
@@ -108,8 +151,15 @@ class Chain(Runner):
                 f"has one of that name. Pass name= to add the same function twice."
             )
         node = self._named("node", node)  # type: ignore[arg-type]
+        is_async = inspect.iscoroutinefunction(fn)
+        seconds = step_seconds(timeout, f"node {node!r} of chain {self.name!r}", is_async=is_async,
+                               shielded=shielded)
         self._nodes[node] = fn
-        self._async[node] = inspect.iscoroutinefunction(fn)
+        self._async[node] = is_async
+        if seconds is not None:
+            self._timeouts[node] = seconds
+        if shielded:
+            self._shielded.add(node)
         return node
 
     def add_edge(
@@ -306,9 +356,12 @@ class _ChainActor(Actor[BaseModel]):
             # Every branch settles before anything is raised: a sibling cancelled half-way
             # would only suspend, or fail, one resume later.
             try:
-                with call_scope(f"node:{node}"):
+                with call_scope(f"node:{node}") as segment:
+                    path = f"{self.context.path}/{segment}"
                     # The state stays as it is until the round ends; the node gets its own copy.
-                    results[node] = await self.context.step(f"node:{node}", self._call, node, state)
+                    # A shielded node's shield covers its run and the record of its update.
+                    with shielded() if node in self.chain._shielded else nullcontext():
+                        results[node] = await self.context.step(f"node:{node}", self._call, node, state, path)
             except BaseException as exc:
                 if not settled(exc):
                     raise  # a cancellation: not this branch's outcome
@@ -328,12 +381,12 @@ class _ChainActor(Actor[BaseModel]):
         model = self.chain.state_model
         return model.model_validate(state) if model is not None else dict(state)
 
-    async def _call(self, node: str, state: dict[str, Any]) -> Any:
+    async def _call(self, node: str, state: dict[str, Any], path: str) -> Any:
         fn = self.chain._nodes[node]
         view = self._view(state)
         emit(NodeStarted, node=node)
         if self.chain._async[node]:
-            update = await fn(view)
+            update = await within(self.chain._timeouts.get(node), path, fn, view)
         else:
             update = await anyio.to_thread.run_sync(fn, view)
         if update is None:

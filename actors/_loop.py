@@ -12,16 +12,18 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic import BaseModel, ValidationError
-from tether.runtime import TetherError, ToolCalled, call_scope, emit
+from tether.runtime import StepTimeout, TetherError, ToolCalled, call_scope, emit, shielded
 from tether.stores import ConfigurationError
 
 from ._control import is_control, settled
 from ._messages import AssistantMessage, Message, ToolCall, ToolMessage, ToolSpec, UserMessage
+from ._steps import within
 from ._tools import ToolArgumentsError, result_text
 
 if TYPE_CHECKING:
@@ -130,7 +132,9 @@ class TurnLoop:
 
     async def _ask(self, turn: int, conversation: list[Message]) -> dict[str, Any]:
         llm = self.agent.llm
-        reply = await llm.complete(conversation, self.specs)
+        # Only the call is timed: the journal write of its reply, after it, is not.
+        reply = await within(self.agent.llm_timeout, f"{self.context.path}/turn:{turn}", llm.complete,
+                             conversation, self.specs, setting="llm_timeout")
         if not isinstance(reply, AssistantMessage):
             raise ConfigurationError(
                 f"{type(llm).__name__}.complete() returned {type(reply).__name__}; an LLM returns an AssistantMessage."
@@ -174,11 +178,15 @@ class TurnLoop:
             # or with the call's place in the turn when the LLM asked for it twice.
             segment = f"tool:{call.name}" if repeated[call.name] == 1 else f"tool:{call.name}[{index}]"
             try:
-                with call_scope(segment):
+                with call_scope(segment) as name:
+                    tool = self.agent.tools.get(call.name)
                     if index in ordinals:
                         recorded = await self._delegation(ordinals[index], call)
                     else:
-                        recorded = await self.context.step(f"turn:{turn}/{segment}", self._call_tool, call)
+                        # A shielded tool's shield covers its call and the record of its result.
+                        with shielded() if tool is not None and tool.shielded else nullcontext():
+                            recorded = await self.context.step(f"turn:{turn}/{segment}", self._call_tool, call,
+                                                               f"{self.context.path}/{name}")
                 results[index] = ToolMessage.model_validate(recorded)
             except BaseException as exc:
                 if not settled(exc):
@@ -253,8 +261,13 @@ class TurnLoop:
         await self.context.step(f"delegate:{number}", sent)
         return await self.context.step(f"reply:{number}", answered)
 
-    async def _call_tool(self, call: ToolCall) -> dict[str, Any]:
-        """One tool call, as the message the LLM reads; errors are told, not raised."""
+    async def _call_tool(self, call: ToolCall, path: str) -> dict[str, Any]:
+        """One tool call, as the message the LLM reads; errors are told, not raised.
+
+        A call that ran past the tool's timeout is told too: it is this tool's
+        outcome, not the runtime's failure (a `StepTimeout` of some other step, from
+        deeper down, is).
+        """
         assert call.id is not None
         tools = self.agent.tools
         tool = tools.get(call.name)
@@ -263,9 +276,9 @@ class TurnLoop:
             if tool is None:
                 offered = ", ".join(sorted([*tools, *self.handoffs, *self.workers])) or "none"
                 raise ToolArgumentsError(f"There is no tool named {call.name!r}; the tools are: {offered}.")
-            result = await tool.call(tool.validate(call.arguments))
+            result = await tool.call(tool.validate(call.arguments), path=path)
         except Exception as exc:
-            if is_control(exc):
+            if is_control(exc) and not (isinstance(exc, StepTimeout) and exc.path == path):
                 raise  # the runtime's own failure: not the tool's answer (a pause is no Exception)
             content = str(exc) if isinstance(exc, ToolArgumentsError) else f"{type(exc).__name__}: {exc}"
             is_error = True

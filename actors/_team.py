@@ -29,6 +29,7 @@ from ._messages import Message, SystemMessage, UserMessage
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from datetime import timedelta
 
     from ._llm import LLM
     from ._tools import FunctionTool
@@ -229,6 +230,8 @@ class Supervisor(Runner):
         system_prompt: The supervisor's instructions.
         tools: Tools of the supervisor's own.
         max_turns: The supervisor's LLM calls allowed per run.
+        llm_timeout: Seconds one of the supervisor's LLM calls may take (as `Agent`'s);
+            each worker's agent has its own.
         max_delegations: Delegations allowed per run before it fails with `MaxDelegationsExceeded`.
         lease_seconds: How long a crashed run's lease outlives its process.
         version: The version runs start on (``"2"``); a run continues on the version it
@@ -245,6 +248,7 @@ class Supervisor(Runner):
         system_prompt: str = "",
         tools: Sequence[FunctionTool | Any] = (),
         max_turns: int = 20,
+        llm_timeout: float | timedelta | None = None,
         max_delegations: int = 10,
         lease_seconds: float = 30.0,
         version: str | None = None,
@@ -254,7 +258,8 @@ class Supervisor(Runner):
         self.lease_seconds = lease_seconds
         self.version = self._versioned(version)
         self.max_delegations = max_delegations
-        self.agent: Agent = Agent(name, llm=llm, tools=tools, system_prompt=system_prompt, max_turns=max_turns)
+        self.agent: Agent = Agent(name, llm=llm, tools=tools, system_prompt=system_prompt, max_turns=max_turns,
+                                  llm_timeout=llm_timeout)
         self.workers: dict[str, Worker] = {}
         for worker in workers:
             self._named("worker", worker.role)

@@ -13,9 +13,11 @@ from pydantic_core import to_jsonable_python
 from tether.stores import ConfigurationError
 
 from ._messages import ToolSpec
+from ._steps import step_seconds, within
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from datetime import timedelta
 
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -38,6 +40,22 @@ class FunctionTool:
         fn: The function; its parameters are the tool's arguments.
         name: The tool's name (default: the function's).
         description: What the LLM is told it does (default: the docstring).
+        timeout: Seconds (or a ``timedelta``) one call of an async tool may take. A call
+            that overruns is cancelled at its next ``await``, and the LLM gets a
+            `StepTimeout` as the tool's error result (journaled like any result, so a
+            resume does not call it again); the LLM may then try again or answer. Sync
+            tools run in a worker thread, which cannot be stopped, so they refuse it:
+            make the tool async, or give its blocking call a timeout of its own.
+        shielded: Run each call inside `tether.runtime.shielded`: a cancel of the
+            execution, its deadline, or a process shutting down waits until the call
+            has finished and its result is journaled, then takes effect. For a tool that
+            must not stop half-way (a payment and its receipt). A shielded tool cannot
+            have a timeout.
+
+    Raises:
+        ConfigurationError: The name is not valid, the signature has parameters an
+            LLM cannot name, or ``timeout`` is not positive, is given to a sync
+            function, or is given with ``shielded=True``.
 
     Example:
         ```python
@@ -47,10 +65,21 @@ class FunctionTool:
 
         tool = FunctionTool(approve_refund)
         tool.spec.parameters["properties"]  # {'amount': {'title': 'Amount', 'type': 'integer'}}
+
+        FunctionTool(search_flights, timeout=20)   # async def: cancelled after 20 s
+        FunctionTool(charge_card, shielded=True)   # a cancel waits for the charge to finish
         ```
     """
 
-    def __init__(self, fn: Callable[..., Any], name: str | None = None, description: str | None = None) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        name: str | None = None,
+        description: str | None = None,
+        *,
+        timeout: float | timedelta | None = None,
+        shielded: bool = False,
+    ) -> None:
         self.fn = fn
         self.name: str = name or str(getattr(fn, "__name__", ""))
         if not _NAME.fullmatch(self.name):
@@ -65,6 +94,11 @@ class FunctionTool:
             parameters=self.arguments.model_json_schema(),
         )
         self._is_async = inspect.iscoroutinefunction(fn)
+        self.timeout: float | None = step_seconds(timeout, f"tool {self.name!r}", is_async=self._is_async,
+                                                  shielded=shielded)
+        """Seconds one call may take (``None``: no limit)."""
+        self.shielded: bool = shielded
+        """Whether a cancel waits for a call to finish and be journaled."""
 
     def __repr__(self) -> str:
         return f"FunctionTool({self.name!r})"
@@ -79,10 +113,14 @@ class FunctionTool:
             raise ToolArgumentsError(f"Invalid arguments for {self.name}: {_short(exc)}") from exc
         return {field: getattr(model, field) for field in type(model).model_fields}
 
-    async def call(self, arguments: dict[str, Any]) -> Any:
-        """Run the function with validated arguments and return its result."""
+    async def call(self, arguments: dict[str, Any], *, path: str | None = None) -> Any:
+        """Run the function with validated arguments and return its result.
+
+        Raises:
+            StepTimeout: The call ran past ``timeout`` (named ``path``, default the tool's name).
+        """
         if self._is_async:
-            return await self.fn(**arguments)
+            return await within(self.timeout, path or f"tool:{self.name}", lambda: self.fn(**arguments))
         return await anyio.to_thread.run_sync(lambda: self.fn(**arguments))
 
 

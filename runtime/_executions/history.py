@@ -84,15 +84,28 @@ async def history(store: Store, execution_id: str) -> list[Boundary]:
     states: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     boundaries = []
     for entry in loaded[1]:
-        payload: Any = entry.payload
         written = states.setdefault(entry.path, [])
-        if entry.kind == "snapshot":
-            written.append(("snapshot", payload))
-        elif entry.label.startswith("msg:") and isinstance(payload, dict):
-            written.append(("delta", payload.get("delta", {})))
+        change = state_change(entry)
+        if change is not None:
+            written.append(change)
         boundaries.append(Boundary(entry.seq, entry.path, entry.label, entry.kind, entry.created_at,
                                    _value(entry), delta.restore(written)))
     return boundaries
+
+
+def state_change(entry: JournalEntry) -> tuple[str, dict[str, Any]] | None:
+    """What ``entry`` did to the state of the actor at its path, as `delta.restore` takes it.
+
+    A snapshot gives the actor's fields (``("snapshot", fields)``), a message
+    handled the delta it made (``("delta", delta)``); every other entry (a step,
+    an inbox, a suspension, a verdict) changes no state and gives None.
+    """
+    payload: Any = entry.payload
+    if entry.kind == "snapshot":
+        return "snapshot", payload
+    if entry.label.startswith("msg:") and isinstance(payload, dict):
+        return "delta", payload.get("delta", {})
+    return None
 
 
 def _value(entry: JournalEntry) -> Any:

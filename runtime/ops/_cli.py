@@ -2,6 +2,7 @@
 
     tether pending                       # what waits for a decision, with full paths
     tether show refund-abc               # one execution: status, lease, journal timeline
+    tether state refund-abc --path chain:refund      # an actor's state as of its last boundary
     tether resume refund-abc --set approved=true --set metadata.approver=alice --app flows:runners
     tether recover refund-abc --app flows:runners     # continue a run whose process died
     tether watch refund-abc              # follow it as it runs, until it ends or pauses
@@ -9,7 +10,7 @@
 
 ``--store`` (or ``TETHER_STORE``) names the store, before or after the command:
 ``sqlite:///path`` or ``postgresql://...``; the default is ``sqlite:///tether.db``
-here. Commands that only look (``pending``, ``show``, ``executions``, ``doctor``)
+here. Commands that only look (``pending``, ``show``, ``state``, ``executions``, ``doctor``)
 and commands that act on executions never create or migrate a database: a
 missing one is an error. ``--json`` prints JSON instead of tables, everywhere.
 """
@@ -34,6 +35,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 from tether.runtime._core.version import __version__
+from tether.runtime._executions.query import query
 from tether.stores import (
     AlreadyResumed,
     LeaseHeld,
@@ -250,6 +252,26 @@ def history(settings: Settings, execution_id: str, as_json: bool) -> None:
     for b in boundaries:
         _say(out, f"{b.seq:>3}  {b.path}  ", (b.label, "cyan"))
         _say(out, _json(b.value), indent=5)
+
+
+@cli.command()
+@click.argument("execution_id")
+@click.option("--path", metavar="PATH",
+              help="The actor, e.g. supervisor:planner/worker:auditor (default: the root actor).")
+@json_option
+@store_options
+@pass_settings
+def state(settings: Settings, execution_id: str, path: str | None, as_json: bool) -> None:
+    """An actor's state as of its last journaled boundary; reads only, takes no lease."""
+    found = settings.run(lambda op: query(op.store, execution_id, path))
+    if as_json:
+        _print_json(found.model_dump(mode="json"))
+        return
+    out = _out()
+    _say(out, (found.execution_id, "bold"), f"  {found.path}  ", (found.status, "cyan"))
+    as_of = f"as of #{found.seq} {found.label}" if found.label else "no boundary journaled yet"
+    _say(out, as_of)
+    _print_json(found.state)  # whole, never folded to the width: it is there to be read or copied
 
 
 @cli.command()

@@ -3,6 +3,8 @@
     GET  /api/pending                     pending interrupts (?path_prefix=)
     GET  /api/executions/{id}             an execution, its pending interrupts, its journal
                                           (?wait=S: once the run this server continues settles)
+    GET  /api/executions/{id}/state       an actor's state as of its last boundary (?path=; default
+                                          the root); read only, no lease
     POST /api/executions/{id}/resume      body: the decision (JSON object); ?path= and ?seq= pick one
     GET  /api/executions/{id}/events      its events as server-sent events, from Last-Event-ID
                                           (or ?after=); ?until=paused ends at a pause
@@ -16,8 +18,9 @@ A resume answers 202 as soon as the decision is claimed (journaled, exactly
 once); the run then continues in a task of the server when it has the runner,
 else in whichever process recovers it (the answer's ``detail`` says which).
 409 when someone else decided first, 422 for a decision that does not
-validate, 404 for an unknown execution, 413 for a body over ``max_body_bytes``
-(1 MiB by default; it is refused before it is read, or as soon as it grows past it).
+validate, 404 for an unknown execution (or actor, for a state), 413 for a body
+over ``max_body_bytes`` (1 MiB by default; it is refused before it is read, or
+as soon as it grows past it).
 
 Security: with a ``token``, every API call needs ``Authorization: Bearer
 <token>`` and the pages a login; `tether serve` refuses to listen off loopback
@@ -51,7 +54,9 @@ from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
+from tether.runtime._core.errors import ActorNotFound
 from tether.runtime._core.interrupt import Resume
+from tether.runtime._executions.query import query
 from tether.stores import (
     AlreadyResumed,
     ConfigurationError,
@@ -238,6 +243,21 @@ def create_app(
         view = await operator.show(execution_id)
         return JSONResponse(view.as_json())
 
+    @api
+    async def get_state(request: Request) -> Response:
+        execution_id = request.path_params["execution_id"]
+        try:
+            found = await query(operator.store, execution_id, request.query_params.get("path") or None)
+        except ActorNotFound as exc:
+            return _problem(404, str(exc))
+        except ExecutionNotFound:
+            # An id may itself end in "/state": an execution of that whole id is shown.
+            if await operator.store.get_execution(execution_id + "/state") is None:
+                raise
+            request.path_params["execution_id"] = execution_id + "/state"
+            return await get_execution(request)
+        return JSONResponse(found.model_dump(mode="json"))
+
     async def follow_or_show(request: Request) -> Response:
         execution_id = request.path_params["execution_id"]
         found = await operator.store.get_execution(execution_id) is not None
@@ -422,6 +442,7 @@ def create_app(
         Route("/api/executions/{execution_id:path}/resume", resume, methods=["POST"]),
         Route("/api/executions/{execution_id:path}/fork", fork_execution, methods=["POST"]),
         Route("/api/executions/{execution_id:path}/events", api_events),
+        Route("/api/executions/{execution_id:path}/state", get_state),
         Route("/api/executions/{execution_id:path}", get_execution),
         Route("/approvals", approvals_page),
         Route("/approvals/decide", approvals_decide, methods=["POST"]),
