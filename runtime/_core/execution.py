@@ -66,5 +66,9 @@ class ExecutionState:
             self.done.set()
             self.stirred.set()
 
-    def wake_at(self, due: datetime) -> None:
+    wake_here: bool = False
+    """Every timer the actors parked on is one to wait out in this process (a retry's backoff)."""
+
+    def wake_at(self, due: datetime, *, here: bool = False) -> None:
+        self.wake_here = here if self.wake is None else self.wake_here and here
         self.wake = due if self.wake is None else min(self.wake, due)

@@ -72,9 +72,12 @@ class Interrupted(Suspension):
 class Parked(Suspension):
     """Raised by a durable `sleep` that is not due yet; the runtime catches it. Do not catch it."""
 
-    def __init__(self, due: datetime) -> None:
+    def __init__(self, due: datetime, *, here: bool = False) -> None:
         super().__init__(f"parked until {due.isoformat()}")
         self.due = due
+        self.here = here
+        """A short wait (a retry's backoff) that the process driving the run waits out itself,
+        with no lease held: `Runtime.run` returns after it, not paused."""
 
 
 def model_name(model: type[BaseModel]) -> str:

@@ -284,7 +284,7 @@ class Slot:
                                                      signal.reason, signal.context, signal.expect,
                                                      signal.timeout, signal.default)
             elif isinstance(signal, Parked) and self.execution is not None:
-                self.execution.wake_at(signal.due)  # a durable sleep: no row, a time to wake
+                self.execution.wake_at(signal.due, here=signal.here)  # a durable sleep: no row, a time to wake
         self.parked = envelope
         suspended = Suspended(self.path)
         waiting = envelope.reply is not None or bool(self.waiters.get(envelope.inbox_seq or 0))

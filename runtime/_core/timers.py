@@ -33,8 +33,11 @@ async def sleep_until(when: datetime) -> None:
     await _park_until(when, when.isoformat())
 
 
-async def _park_until(when: datetime | timedelta, argument: str) -> None:
-    """Park until ``when``: a moment, or a duration from now on the runtime's clock."""
+async def _park_until(when: datetime | timedelta, argument: str, *, here: bool = False) -> None:
+    """Park until ``when``: a moment, or a duration from now on the runtime's clock.
+
+    ``here``: a short wait that the process driving the run waits out itself (see `Parked`).
+    """
     step = current_step.get()
     if step is None or current_call.get() is None:
         raise UsageError(
@@ -50,7 +53,7 @@ async def _park_until(when: datetime | timedelta, argument: str) -> None:
         due = step.journal.hooks.now() + when if isinstance(when, timedelta) else when
         await step.journal.record_step(step.inbox_seq, "sleep", key, due.isoformat())
     if step.journal.hooks.now() < due:
-        raise Parked(due)
+        raise Parked(due, here=here)
 
 
 async def sleep(seconds: float) -> None:

@@ -405,8 +405,36 @@ class Runtime:
         return await self._service().result(execution_id)
 
     async def _drive(self, factory: ActorFactory, name: str, lease: Lease, start: Start, *,
-                     fresh: bool = False, journal: list[JournalEntry] | None = None) -> RunResult:
+                     fresh: bool = False, journal: list[JournalEntry] | None = None,
+                     wait_here: bool = True) -> RunResult:
+        """`_drive_once`, again after each short wait (a retry's backoff) the run parked for.
+
+        The lease is given back for the wait, with the time to wake in the store: if
+        this process dies meanwhile, a worker (or the next run) continues at that time.
+        ``wait_here=False`` (what workers ask) returns the pause instead.
+        """
+        execution_id = lease.execution_id
+        while True:
+            result, due = await self._drive_once(factory, name, lease, start, fresh=fresh, journal=journal)
+            if due is None or not wait_here:
+                return result
+            await anyio.sleep(max(0.0, (due - self.hooks.now()).total_seconds()))
+            service = self._service()
+            try:
+                taken = await service.take_over(execution_id, service.drive_owner(execution_id))
+            except LeaseHeld:
+                return await self.result(execution_id)  # a worker took it up at its time first
+            if taken is None:
+                return await self.result(execution_id)
+            lease, fresh, journal = taken, False, None
+
+    async def _drive_once(self, factory: ActorFactory, name: str, lease: Lease, start: Start, *,
+                          fresh: bool = False, journal: list[JournalEntry] | None = None
+                          ) -> tuple[RunResult, datetime | None]:
         """Run the execution's tree until it finishes, pauses or fails, then give up the lease.
+
+        Also returns when to drive it again here, for a pause this process should
+        wait out itself (only waits marked so, and no pending interrupt); else None.
 
         ``start`` goes to the root when its journal shows it never received one (a
         new execution, ``fresh``, or one whose process died before its first
@@ -421,7 +449,7 @@ class Runtime:
         stop = stop_of(lease, self.hooks.now())
         if stop is not None:  # cancelled, or past its deadline, before anything of it runs here
             await release_stopped(self.store, lease, root_path, *stop)
-            return await self.result(lease.execution_id)
+            return await self.result(lease.execution_id), None
         state = ExecutionState(lease.execution_id, LeaseHolder(self.store, lease, journal))
         group = Group(self._root._tg, "", SupervisionStrategy.ONE_FOR_ONE, 0, 1.0, self._settings, state)
         try:
@@ -454,7 +482,7 @@ class Runtime:
                             # the lease back, so another process continues from the journal at once.
                             await self.store.release_lease(state.holder.lease)
             if fenced:
-                return await self.result(lease.execution_id)  # the other process decides the outcome
+                return await self.result(lease.execution_id), None  # the other process decides the outcome
             leaf = _tether_leaf(exc)
             if leaf is not None and leaf is not exc:
                 raise leaf from exc  # tether's own error, not the task group around it
@@ -463,7 +491,7 @@ class Runtime:
             await group.stop_all()
             group.close()
         if state.lost:
-            return await self.result(lease.execution_id)
+            return await self.result(lease.execution_id), None
         release = self.store.release_lease
         holder = state.holder
         if state.outcome == "failed" and _outage(state.error):
@@ -477,6 +505,7 @@ class Runtime:
                 f"It is intact; recover it (a worker does) once the store is back."
             ) from state.error
         execution_id = lease.execution_id
+        again: datetime | None = None
         try:
             # A verdict this process recorded is answered from what it recorded (the
             # output as the store gives it back: through JSON), not read back.
@@ -484,7 +513,7 @@ class Runtime:
                 await release(holder.lease, status="completed", result=state.output,
                               entries=[verdict(root_path, "completed", output=state.output)])
                 return RunResult(execution_id=execution_id, status="completed",
-                                 output=json.loads(json.dumps(state.output)))
+                                 output=json.loads(json.dumps(state.output))), None
             if state.outcome == "paused":
                 wake = None if state.wake is None else state.wake.isoformat()
                 # A worker takes it up at its deadline too, to end it there if nothing else did.
@@ -492,16 +521,18 @@ class Runtime:
                 due = deadline if state.wake is None else state.wake if deadline is None else min(state.wake, deadline)
                 await release(holder.lease, status="paused", wake_at=due,
                               entries=[verdict(root_path, "paused", pending=holder.suspended, wake_at=wake)])
+                if state.wake_here and not holder.suspended and due == state.wake:
+                    again = state.wake
             elif state.outcome in STOPPED:
                 await release_stopped(self.store, holder.lease, root_path, state.outcome, state.output)
             else:
                 error = _describe(state.error)
                 await release(holder.lease, status="failed", error=error,
                               entries=[verdict(root_path, "failed", error=error)])
-                return RunResult(execution_id=execution_id, status="failed", error=error)
+                return RunResult(execution_id=execution_id, status="failed", error=error), None
         except StaleLease:
-            pass  # taken over meanwhile: the other process decides the outcome
-        return await self.result(execution_id)
+            again = None  # taken over meanwhile: the other process decides the outcome
+        return await self.result(execution_id), again
 
     async def _keep_lease(self, state: ExecutionState) -> None:
         """Renew the lease until the execution ends, riding out short store outages.
@@ -571,7 +602,7 @@ class Runtime:
             journal = await store.read_journal(lease.execution_id)
         check_runner(execution, factory, journal)
         return await self._drive(factory, execution.root_path.partition(":")[2], lease,
-                                 Start(input=execution.input), journal=journal)
+                                 Start(input=execution.input), journal=journal, wait_here=False)
 
     async def enqueue(
         self,

@@ -210,19 +210,26 @@ class Executions:
             raise ExecutionNotFound(execution_id)
         if execution.finished:
             return await self.result_of(execution)
-        with anyio.move_on_after(float("inf") if wait is None else wait):
-            return await self.carry_out_cancel(execution, force=force)
-        return await self.result(execution_id)
+        return await self.carry_out_cancel(execution, force=force, wait=wait)
 
-    async def carry_out_cancel(self, execution: Execution, *, force: bool = False) -> RunResult:
-        """Cancel ``execution``, whose cancel is recorded, here; or wait for its holder (or its lease's end) to."""
+    async def carry_out_cancel(self, execution: Execution, *, force: bool = False,
+                               wait: float | None = None) -> RunResult:
+        """Cancel ``execution``, whose cancel is recorded, here; or wait for its holder (or its lease's end) to.
+
+        ``wait`` bounds only the wait for a live holder (see `cancel`).
+        """
         execution_id = execution.execution_id
         owner = f"{self.owner}/{tag()}"
+        give_up = None if wait is None else anyio.current_time() + wait
         while True:
             try:
                 lease = await self.take_over(execution_id, owner, root_path=execution.root_path, force=force)
             except LeaseHeld as held:
-                await self._wait_stopped(execution_id, held.expires_at)
+                left = None if give_up is None else give_up - anyio.current_time()
+                if left is not None and left <= 0:
+                    return await self.result(execution_id)
+                with anyio.move_on_after(float("inf") if left is None else left):
+                    await self._wait_stopped(execution_id, held.expires_at)
                 continue
             if lease is not None:
                 stop = stop_of(lease, self.hooks.now())

@@ -417,20 +417,34 @@ def watch(settings: Settings, execution_id: str, after: int, through_pauses: boo
 
 @cli.command()
 @click.argument("execution_id")
+@click.option("--reason", default="", help="Why, journaled with the verdict.")
+@click.option("--by", help="Who cancels, journaled with the verdict (default: cli:<your user name>).")
+@click.option("--no-wait", is_flag=True, help="Record the cancel and return; a running execution stops by itself.")
 @click.option("--force", is_flag=True, help="Take the lease over even if its process may be alive.")
 @json_option
 @store_options
 @pass_settings
-def cancel(settings: Settings, execution_id: str, force: bool, as_json: bool) -> None:
-    """Stop a paused or crashed execution for good (its pending interrupts go too)."""
-    result = settings.run(lambda op: op.cancel(execution_id, force=force))
-    if result.status in ("completed", "failed") and not as_json:
-        # It ended before this command came: say so, not "completed" as if cancelling did that.
-        _say(_err(), f"Not cancelled: {execution_id} had already {result.status}; a finished execution "
-                     f"stays as it ended.")
+def cancel(settings: Settings, execution_id: str, reason: str, by: str | None, no_wait: bool, force: bool,
+           as_json: bool) -> None:
+    """Cancel an execution for good, wherever it runs or waits (its pending interrupts go too).
+
+    A paused, decided, queued or sleeping execution is cancelled at once. A running
+    one is stopped by the process that runs it, which is told and cancels what it
+    is doing at its next await (Postgres: at once; SQLite: within a third of its
+    lease); this command waits for that, unless --no-wait.
+    """
+    result = settings.run(lambda op: op.cancel(execution_id, reason=reason, by=by or _decider(), force=force,
+                                               wait=0 if no_wait else None))
+    if result.status in ("completed", "failed", "timed_out") and not as_json:
+        # It ended before the cancel took: say so, not "completed" as if cancelling did that.
+        _say(_err(), f"Not cancelled: {execution_id} had already {result.status.replace('_', ' ')}; a finished "
+                     f"execution stays as it ended.")
+    elif result.status == "running" and not as_json:
+        _say(_out(), f"Cancel recorded: {execution_id} stops at its next await, in the process that runs it. "
+                     f"Follow it with: {settings.hint(f'watch {shlex.quote(execution_id)}')}")
     else:
         _print_result(settings, result, as_json)
-    if result.status != "cancelled":
+    if result.status not in ("cancelled", "running"):
         raise click.exceptions.Exit(1)
 
 

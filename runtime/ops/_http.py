@@ -6,6 +6,7 @@
     GET  /api/executions/{id}/state       an actor's state as of its last boundary (?path=; default
                                           the root); read only, no lease
     POST /api/executions/{id}/resume      body: the decision (JSON object); ?path= and ?seq= pick one
+    POST /api/executions/{id}/cancel      body (optional): {"reason": "..."}; ?wait=S for a running one
     GET  /api/executions/{id}/events      its events as server-sent events, from Last-Event-ID
                                           (or ?after=); ?until=paused ends at a pause
     GET  /approvals                       the page: pending interrupts with Approve / Reject
@@ -90,6 +91,8 @@ MAX_BODY_BYTES = 1 << 20
 """The default limit on a request body (1 MiB): a decision is a small JSON object or form."""
 WAIT_CAP = 60.0
 """The longest a ``?wait=`` long poll waits, in seconds."""
+CANCEL_WAIT = 10.0
+"""Seconds a cancel request waits, by default, for a running execution to stop before it answers 202."""
 
 
 def create_app(
@@ -307,6 +310,32 @@ def create_app(
                              "detail": detail}, status_code=202)
 
     @api
+    async def cancel_execution(request: Request) -> Response:
+        execution_id = request.path_params["execution_id"]
+        body = await request.body()
+        try:
+            fields = json.loads(body) if body.strip() else {}
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _problem(400, f"The body is not JSON ({exc}); nothing was cancelled.")
+        reason = fields.get("reason", "") if isinstance(fields, dict) else None
+        if not isinstance(reason, str):
+            return _problem(422, 'Give the cancel as a JSON object with an optional "reason" string, like '
+                                 '{"reason": "customer withdrew"}; nothing was cancelled.')
+        wait = _seconds(request.query_params.get("wait", str(CANCEL_WAIT)))
+        if wait is None:
+            return _problem(400, f"wait={request.query_params['wait']!r} is not a number of seconds: give a "
+                                 f"finite number from 0 up (at most {WAIT_CAP:g} are waited).")
+        try:
+            result = await operator.cancel(execution_id, reason=reason, by="api", wait=min(wait, WAIT_CAP))
+        except ValidationError as exc:
+            return _problem(422, f"Not a valid reason; nothing was cancelled: {exc}")
+        if result.status in ("completed", "failed", "timed_out"):
+            return _problem(409, f"Execution {execution_id!r} had already {result.status.replace('_', ' ')}; a "
+                                 f"finished execution stays as it ended.")
+        # 202: recorded, and the process that runs it stops it at its next await.
+        return JSONResponse(result.model_dump(mode="json"), status_code=200 if result.status == "cancelled" else 202)
+
+    @api
     async def fork_execution(request: Request) -> Response:
         execution_id = request.path_params["execution_id"]
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
@@ -441,6 +470,7 @@ def create_app(
         Route("/api/pending", list_pending),
         Route("/api/executions/{execution_id:path}/resume", resume, methods=["POST"]),
         Route("/api/executions/{execution_id:path}/fork", fork_execution, methods=["POST"]),
+        Route("/api/executions/{execution_id:path}/cancel", cancel_execution, methods=["POST"]),
         Route("/api/executions/{execution_id:path}/events", api_events),
         Route("/api/executions/{execution_id:path}/state", get_state),
         Route("/api/executions/{execution_id:path}", get_execution),

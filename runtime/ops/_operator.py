@@ -281,9 +281,10 @@ class Operator:
                 return moved
             after = page[-1]
 
-    async def cancel(self, execution_id: str, *, force: bool = False) -> RunResult:
-        """Stop a paused or crashed execution for good."""
-        return await Executions(self.store).cancel(execution_id, force=force)
+    async def cancel(self, execution_id: str, *, reason: str = "", by: str | None = None, force: bool = False,
+                     wait: float | None = None) -> RunResult:
+        """Cancel an execution wherever it runs or waits (see `tether.runtime.cancel`)."""
+        return await Executions(self.store).cancel(execution_id, reason=reason, by=by, force=force, wait=wait)
 
     async def prune(self, older_than: timedelta) -> int:
         """Delete finished executions last updated longer ago than ``older_than``."""
