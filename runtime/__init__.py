@@ -18,7 +18,8 @@ TetherError
 │   ├── StoreCorrupted         the file or schema is not a tether store, or is damaged
 │   ├── SchemaVersionError     the database's schema is not the one this tether writes
 │   ├── ExecutionNotFound      no execution with that id
-│   ├── ExecutionFinished      the execution is completed, failed or cancelled
+│   ├── ExecutionFinished      the execution is completed, failed, cancelled or timed out
+│   ├── NotFailed              a retry of an execution that did not fail
 │   ├── LeaseHeld              another live process holds the execution's lease
 │   ├── StaleLease             a write fenced out: the lease was taken over
 │   ├── AlreadyResumed         the pending interrupt was claimed by someone else
@@ -29,7 +30,7 @@ TetherError
 │   ├── ActorStopped           the actor was stopped on purpose; it takes no more messages
 │   ├── ActorCrashed           the actor's handler raised; __cause__ is the original error
 │   └── SupervisionEscalated   children kept crashing past the restart intensity
-├── StepTimeout (also TimeoutError)        a node, tool or LLM call ran past its timeout=; .path, .seconds
+├── StepTimeout (also TimeoutError)   a node, tool or LLM call ran past its timeout=; .path, .seconds
 ├── SerializationError (also ValueError)   a value is not JSON
 ├── ConfigurationError (also ValueError)   a bad URL, option, argument or definition
 │   └── MigrationFailed        a migration function raised, or left a misfit; nothing changed
@@ -49,6 +50,7 @@ from tether.stores import (
     ExecutionNotFound as ExecutionNotFound,
     LeaseHeld as LeaseHeld,
     NoPendingInterrupt as NoPendingInterrupt,
+    NotFailed as NotFailed,
     PendingInterrupt as PendingInterrupt,
     SchemaVersionError as SchemaVersionError,
     SerializationError as SerializationError,
@@ -167,6 +169,7 @@ __all__ = (
     "MigrationFailed",
     "NoPendingInterrupt",
     "NoState",
+    "NotFailed",
     "NodeFinished",
     "NodeStarted",
     "PendingInterrupt",

@@ -17,6 +17,7 @@ from ._errors import (
     ExecutionNotFound as ExecutionNotFound,
     LeaseHeld as LeaseHeld,
     NoPendingInterrupt as NoPendingInterrupt,
+    NotFailed as NotFailed,
     SchemaVersionError as SchemaVersionError,
     SerializationError as SerializationError,
     StaleLease as StaleLease,
@@ -41,6 +42,7 @@ from ._models import (
     NewInterrupt as NewInterrupt,
     PendingInterrupt as PendingInterrupt,
     StartResult as StartResult,
+    ThreadSummary as ThreadSummary,
 )
 from ._postgres import PostgresStore as PostgresStore
 from ._protocol import SCHEMA_VERSION as SCHEMA_VERSION, Listener as Listener, Store as Store
@@ -70,6 +72,7 @@ __all__ = (
     "NewExecution",
     "NewInterrupt",
     "NoPendingInterrupt",
+    "NotFailed",
     "PendingInterrupt",
     "PostgresStore",
     "SQLiteStore",
@@ -83,6 +86,7 @@ __all__ = (
     "StoreError",
     "StoreUnavailable",
     "TetherError",
+    "ThreadSummary",
     "UsageError",
 )
 

@@ -65,6 +65,22 @@ class ExecutionNotFound(StoreError):
         )
 
 
+class NotFailed(StoreError):
+    """A retry of an execution that did not fail: only a failed one continues from its journal."""
+
+    def __init__(self, execution_id: str, status: str) -> None:
+        self.execution_id = execution_id
+        self.status = status
+        what = {"completed": "it completed", "running": "it is running", "paused": "it waits for a decision or a timer",
+                "decided": "a decision for it waits to be carried out", "queued": "it has not started",
+                }.get(status, f"it is {status.replace('_', ' ')}")
+        super().__init__(
+            f"Execution {execution_id!r} did not fail ({what}), so there is nothing to retry; nothing was "
+            f"changed. A paused one continues with a decision (tether resume), a crashed one with "
+            f"tether recover; a finished one does not run again."
+        )
+
+
 class ExecutionFinished(StoreError):
     """The execution already ended (completed, failed or cancelled) and cannot run again."""
 

@@ -18,6 +18,7 @@ from ._errors import (
     ExecutionFinished,
     ExecutionNotFound,
     LeaseHeld,
+    NotFailed,
     StaleLease,
     StoreError,
     UsageError,
@@ -35,6 +36,7 @@ from ._models import (
     NewInterrupt,
     PendingInterrupt,
     StartResult,
+    ThreadSummary,
 )
 from ._protocol import Store, check_limit
 from ._watch import committed
@@ -146,7 +148,7 @@ class MemoryStore(Store):
             fingerprint=new.fingerprint, version=new.version, status="running" if leased else "queued", input=_json.loads(input_json),
             lease_owner=owner, lease_expires_at=_ts(now + lease_seconds) if leased else None,
             lease_epoch=1 if leased else 0, wake_at=None if leased else _ts(now),
-            created_at=_ts(now), updated_at=_ts(now), deadline=new.deadline,
+            created_at=_ts(now), updated_at=_ts(now), deadline=new.deadline, thread=new.thread,
         )
         self._runs[new.execution_id] = _Run(execution, input_json)
         if owner is None:
@@ -216,9 +218,13 @@ class MemoryStore(Store):
         limit: int = 100,
         after: Execution | None = None,
         recent: bool = False,
+        thread: str | None = None,
     ) -> list[Execution]:
         check_limit(limit)
         await self._enter()
+        if thread is not None:
+            return [e for e in await self.list_executions(status=status, limit=len(self._runs), after=after,
+                                                          recent=recent) if e.thread == thread][:limit]
         if recent:
             rows = sorted((r.execution for r in self._runs.values()),
                           key=lambda e: (e.updated_at, e.execution_id), reverse=True)
@@ -233,6 +239,30 @@ class MemoryStore(Store):
             mark = (after.created_at, after.execution_id)
             rows = [e for e in rows if (e.created_at, e.execution_id) > mark]
         return [_copied(e) for e in rows[:limit]]
+
+    async def list_threads(self, *, limit: int = 100, after: str | None = None) -> list[ThreadSummary]:
+        check_limit(limit)
+        await self._enter()
+        runs: dict[str, list[Execution]] = {}
+        for run in self._runs.values():
+            thread = run.execution.thread
+            if thread is not None and (after is None or thread > after):
+                runs.setdefault(thread, []).append(run.execution)
+        return [ThreadSummary(thread=thread, runs=len(alike),
+                              latest=_copied(max(alike, key=lambda e: (e.created_at, e.execution_id))))
+                for thread, alike in sorted(runs.items())[:limit]]
+
+    async def reopen(self, execution_id: str, *, by: str) -> Execution:
+        payload = _json.dumps({"by": by}, what="who retries")
+        await self._enter()
+        run = self._get(execution_id)
+        if run.execution.status != "failed":
+            raise NotFailed(execution_id, run.execution.status)
+        now = time.time()
+        self._update(run, status="running", error=None, lease_owner=None, lease_expires_at=None, wake_at=None,
+                     updated_at=_ts(now))
+        self._add_entries(run, [(run.execution.root_path, "retried", "entry", payload)], now)
+        return _copied(run.execution)
 
     # -- leases ----------------------------------------------------------------
 
@@ -466,8 +496,14 @@ class MemoryStore(Store):
 
     async def prune(self, *, older_than: datetime) -> int:
         await self._enter()
+
+        def old(execution: Execution) -> bool:
+            return execution.status in FINAL_STATUSES and execution.updated_at < older_than
+
+        # A thread's runs go together, once its latest is old and finished.
+        kept = {r.execution.thread for r in self._runs.values() if not old(r.execution)}
         doomed = [i for i, r in self._runs.items()
-                  if r.execution.status in FINAL_STATUSES and r.execution.updated_at < older_than]
+                  if old(r.execution) and (r.execution.thread is None or r.execution.thread not in kept)]
         for execution_id in doomed:
             del self._runs[execution_id]
         return len(doomed)

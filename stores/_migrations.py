@@ -101,6 +101,10 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         # process, which the holder of the lease carries out.
         "ALTER TABLE tether_executions ADD COLUMN deadline INTEGER",
         "ALTER TABLE tether_executions ADD COLUMN cancel TEXT",
+        # The conversation (thread) an execution is a run of: its runs are listed by it.
+        "ALTER TABLE tether_executions ADD COLUMN thread TEXT",
+        ("CREATE INDEX tether_executions_by_thread ON tether_executions (thread, created_at, id) "
+         "WHERE thread IS NOT NULL"),
     ],
 ]
 
@@ -215,5 +219,8 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
         # notifies tether_control with the execution's id, for the process that holds it.
         "ALTER TABLE tether_executions ADD COLUMN deadline timestamptz",
         "ALTER TABLE tether_executions ADD COLUMN cancel json",
+        "ALTER TABLE tether_executions ADD COLUMN thread text",
+        ("CREATE INDEX tether_executions_by_thread ON tether_executions (thread, created_at, id) "
+         "WHERE thread IS NOT NULL"),
     ],
 ]

@@ -79,6 +79,8 @@ class NewExecution(_Row):
     input: Json = None
     deadline: datetime | None = None
     """When the execution times out, wherever it stands then (None: never)."""
+    thread: Text | None = Field(default=None, min_length=1, max_length=512)
+    """The conversation it is a run of (``agent.run(text, thread="chat-7")``), if any."""
 
 
 class Execution(_Row):
@@ -105,6 +107,8 @@ class Execution(_Row):
     """When it times out (``timed_out``) if it has not finished by then (None: never)."""
     cancel: Json = None
     """A cancel asked for and not yet carried out: ``{"by": ..., "reason": ..., "at": ...}``."""
+    thread: str | None = None
+    """The conversation it is a run of, if any."""
 
     @property
     def finished(self) -> bool:
@@ -128,6 +132,14 @@ class Lease(_Row):
     """The execution's deadline, which its holder enforces."""
     cancel: Json = None
     """A cancel asked for by anyone (see `Execution.cancel`): the holder stops the run."""
+
+
+class ThreadSummary(_Row):
+    """One conversation of a store: its runs, and the latest of them."""
+
+    thread: str
+    runs: int
+    latest: Execution
 
 
 class StartResult(_Row):

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         NewInterrupt,
         PendingInterrupt,
         StartResult,
+        ThreadSummary,
     )
 
 from ._errors import ConfigurationError
@@ -170,11 +171,30 @@ class Store(ABC):
         limit: int = 100,
         after: Execution | None = None,
         recent: bool = False,
+        thread: str | None = None,
     ) -> list[Execution]:
         """List executions oldest first; pass the last one of a page as ``after``.
 
         With ``recent``, the most recently updated first, across the whole table
-        (pages by ``updated_at``: an execution updated meanwhile moves up).
+        (pages by ``updated_at``: an execution updated meanwhile moves up). With
+        ``thread``, only the runs of that conversation.
+        """
+
+    @abstractmethod
+    async def list_threads(self, *, limit: int = 100, after: str | None = None) -> list[ThreadSummary]:
+        """The conversations of this store, by name; pass the last name of a page as ``after``."""
+
+    @abstractmethod
+    async def reopen(self, execution_id: str, *, by: str) -> Execution:
+        """Make a failed execution one to continue from its journal: a retry, in one transaction.
+
+        Its status becomes ``running`` with no lease held (as a run whose process
+        stopped: a recovery, or a worker, continues it at once), its error goes, and
+        a ``retried`` entry at its root journals ``by``. Returns the row as it left it.
+
+        Raises:
+            ExecutionNotFound: No such execution.
+            NotFailed: It is not ``failed``; nothing was changed.
         """
 
     # -- leases ----------------------------------------------------------------
@@ -370,7 +390,9 @@ class Store(ABC):
     async def prune(self, *, older_than: datetime) -> int:
         """Delete finished executions last updated before ``older_than``.
 
-        Never touches a running or paused execution. Returns how many were deleted.
+        Never touches a running or paused execution. The runs of a thread are kept
+        while any of them is not old enough (each run reads the conversation of the
+        ones before it): they go together. Returns how many were deleted.
         """
 
     async def check(self) -> list[str]:

@@ -186,20 +186,23 @@ class Runner:
         """The input as journaled, or `ConfigurationError` before anything is written."""
         return input  # type: ignore[no-any-return]
 
-    async def run(self, input: Any = None, *, execution_id: str, timeout: timedelta | float | None = None) -> RunResult:
+    async def run(self, input: Any = None, *, execution_id: str, timeout: timedelta | float | None = None,
+                  thread: str | None = None) -> RunResult:
         """Run to the end or to a pause, here; the execution id is an idempotency key.
 
         ``timeout`` is a durable deadline on the whole execution (see `Runtime.run`):
-        past it, the run ends ``timed_out`` wherever it stands.
+        past it, the run ends ``timed_out`` wherever it stands. ``thread`` names the
+        conversation it is a run of.
         """
         data = self._input(input)
         actor = self._prepare()
         async with Runtime(self._store(), lease_seconds=self.lease_seconds) as rt:
-            return self._typed(await rt.run(actor, data, execution_id=execution_id, name=self.name, timeout=timeout))
+            return self._typed(await rt.run(actor, data, execution_id=execution_id, name=self.name, timeout=timeout,
+                                            thread=thread))
 
     @contextlib.asynccontextmanager
-    async def stream(self, input: Any = None, *, execution_id: str,
-                     timeout: timedelta | float | None = None) -> AsyncIterator[EventStream]:
+    async def stream(self, input: Any = None, *, execution_id: str, timeout: timedelta | float | None = None,
+                     thread: str | None = None) -> AsyncIterator[EventStream]:
         """Run an execution here, as `run` does, and follow its events while it runs.
 
         The block owns the run: leaving it waits for the run to return (to its end or
@@ -230,7 +233,7 @@ class Runner:
                 async def run() -> None:
                     result, error = None, None
                     try:
-                        result = await self.run(data, execution_id=execution_id, timeout=timeout)
+                        result = await self.run(data, execution_id=execution_id, timeout=timeout, thread=thread)
                     except Exception as exc:  # noqa: BLE001 - raised to the follower, or at the block's end
                         error = exc
                     finally:
@@ -251,7 +254,7 @@ class Runner:
         return events(self._store(), execution_id, after=after, until=until, live=live, buffer=buffer)
 
     async def start(self, input: Any = None, *, execution_id: str, detach: bool = True,
-                    timeout: timedelta | float | None = None) -> RunResult:
+                    timeout: timedelta | float | None = None, thread: str | None = None) -> RunResult:
         """Start an execution; with ``detach`` (the default), record it for a worker and return at once.
 
         A detached execution is ``queued`` until a worker (``tether worker``) with
@@ -259,14 +262,26 @@ class Runner:
         counts from now (see `run`).
         """
         if not detach:
-            return await self.run(input, execution_id=execution_id, timeout=timeout)
+            return await self.run(input, execution_id=execution_id, timeout=timeout, thread=thread)
         data = self._input(input)
         actor = self._prepare()
         return await Executions(self._store()).enqueue(
             NewExecution(execution_id=execution_id, runner=actor.__qualname__, root_path=self.root_path,
                          fingerprint=self.fingerprint, version=self.version or "", input=data,
-                         deadline=deadline_after(timeout, installed()))
+                         deadline=deadline_after(timeout, installed()), thread=thread)
         )
+
+    async def retry(self, execution_id: str, *, by: str | None = None) -> RunResult:
+        """Continue a failed execution from its last good boundary, here: its finished steps are not run again.
+
+        The failed step runs again, then the rest, to the end or the next pause.
+
+        Raises:
+            NotFailed: It did not fail; nothing was changed.
+            ExecutionNotFound: No such execution.
+        """
+        await Executions(self._store(), lease_seconds=self.lease_seconds).retry(execution_id, by=by)
+        return await self.resume(execution_id)
 
     async def cancel(self, execution_id: str, *, reason: str = "", by: str | None = None, force: bool = False,
                      wait: float | None = None) -> RunResult:

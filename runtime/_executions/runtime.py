@@ -208,6 +208,7 @@ class Runtime:
         execution_id: str,
         name: str | None = None,
         timeout: timedelta | float | None = None,
+        thread: str | None = None,
     ) -> RunResult:
         """Run an execution of a root actor to its end, or to its first pause.
 
@@ -229,6 +230,8 @@ class Runtime:
                 counted from its start on the runtime's clock and kept in the store:
                 whether it is running, paused or its process is down then, it ends
                 ``timed_out``. Only a new execution takes it; an existing id keeps its own.
+            thread: The conversation this execution is a run of, stored with it (see
+                ``agent.run(..., thread=...)``).
 
         Raises:
             LeaseHeld: Another live process is running this execution.
@@ -243,7 +246,7 @@ class Runtime:
             NewExecution(execution_id=execution_id, runner=getattr(factory, "__qualname__", kind),
                          root_path=root_path, fingerprint=getattr(factory, "fingerprint", ""),
                          version=getattr(factory, "version", ""), input=input,
-                         deadline=deadline_after(timeout, self.hooks)),
+                         deadline=deadline_after(timeout, self.hooks), thread=thread),
             owner=owner, lease_seconds=self._settings.lease_seconds,
         )
         if started.created:
@@ -612,6 +615,7 @@ class Runtime:
         execution_id: str,
         name: str | None = None,
         timeout: timedelta | float | None = None,
+        thread: str | None = None,
     ) -> RunResult:
         """Record an execution for a worker to start, and return at once (``queued``).
 
@@ -623,7 +627,8 @@ class Runtime:
         return await self._service().enqueue(
             NewExecution(execution_id=execution_id, runner=getattr(factory, "__qualname__", kind),
                          root_path=segment(kind, name), fingerprint=getattr(factory, "fingerprint", ""),
-                         version=getattr(factory, "version", ""), input=input, deadline=deadline_after(timeout, self.hooks)),
+                         version=getattr(factory, "version", ""), input=input, deadline=deadline_after(timeout, self.hooks),
+                         thread=thread),
         )
 
 

@@ -254,6 +254,22 @@ class Executions:
                         return
                     await watch.wait()
 
+    async def retry(self, execution_id: str, *, by: str | None = None) -> RunResult:
+        """Make a failed execution continue from its last good boundary, and leave it to be carried on.
+
+        Its finished steps are not run again: the step that failed runs again (and
+        whatever came after it). The store alone is used: the execution is
+        ``running`` with its lease handed back, so the next recovery carries it on
+        (a worker does at once; `Runner.retry` does it here). The journal says who
+        retried it.
+
+        Raises:
+            ExecutionNotFound: No such execution.
+            NotFailed: It did not fail; nothing was changed.
+        """
+        reopened = await self.store.reopen(execution_id, by=by if by is not None else f"python:{operator_name()}")
+        return await self.result_of(reopened)
+
     async def result(self, execution_id: str) -> RunResult:
         """Where the execution stands now, from the store.
 

@@ -417,6 +417,28 @@ def watch(settings: Settings, execution_id: str, after: int, through_pauses: boo
 
 @cli.command()
 @click.argument("execution_id")
+@click.option("--app", metavar="MODULE:ATTR", help="The runner(s) to continue with here; without: a worker does.")
+@click.option("--by", help="Who retries, journaled (default: cli:<your user name>).")
+@json_option
+@store_options
+@pass_settings
+def retry(settings: Settings, execution_id: str, app: str | None, by: str | None, as_json: bool) -> None:
+    """Continue a failed execution from its last good boundary (its finished steps are not run again).
+
+    With --app it continues here, to its end or its next pause; without, it is
+    marked to continue and a `tether worker` (or `tether recover ID --app ...`)
+    carries it on.
+    """
+    result = settings.run(lambda op: op.retry(execution_id, by=by or _decider(), here=app is not None), app)
+    if result.status == "running" and not as_json:
+        _say(_out(), f"Retrying: {execution_id} continues from its last good boundary in the next process that "
+                     f"takes it up: a worker, or {settings.hint(f'recover {shlex.quote(execution_id)} --app module:attr')}")
+    else:
+        _print_result(settings, result, as_json)
+
+
+@cli.command()
+@click.argument("execution_id")
 @click.option("--reason", default="", help="Why, journaled with the verdict.")
 @click.option("--by", help="Who cancels, journaled with the verdict (default: cli:<your user name>).")
 @click.option("--no-wait", is_flag=True, help="Record the cancel and return; a running execution stops by itself.")

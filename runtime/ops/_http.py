@@ -7,6 +7,7 @@
                                           the root); read only, no lease
     POST /api/executions/{id}/resume      body: the decision (JSON object); ?path= and ?seq= pick one
     POST /api/executions/{id}/cancel      body (optional): {"reason": "..."}; ?wait=S for a running one
+    POST /api/executions/{id}/retry       a failed one continues from its last good boundary
     GET  /api/executions/{id}/events      its events as server-sent events, from Last-Event-ID
                                           (or ?after=); ?until=paused ends at a pause
     GET  /approvals                       the page: pending interrupts with Approve / Reject
@@ -65,6 +66,7 @@ from tether.stores import (
     ExecutionNotFound,
     LeaseHeld,
     NoPendingInterrupt,
+    NotFailed,
     StaleLease,
     StoreNotFound,
 )
@@ -336,6 +338,23 @@ def create_app(
         return JSONResponse(result.model_dump(mode="json"), status_code=200 if result.status == "cancelled" else 202)
 
     @api
+    async def retry_execution(request: Request) -> Response:
+        execution_id = request.path_params["execution_id"]
+        try:
+            result = await operator.retry(execution_id, by="api")
+        except NotFailed as exc:
+            return _problem(409, str(exc))
+        found = await operator.store.get_execution(execution_id)
+        continuing = bool(tasks) and found is not None and operator.runner_for(found) is not None
+        if continuing:
+            done = settled[execution_id] = anyio.Event()
+            tasks[0].start_soon(carry_on, execution_id, done)
+        detail = ("Retrying; this server continues the run." if continuing
+                  else f"Retrying; {_nobody_continues(execution_id)}.")
+        return JSONResponse({**result.model_dump(mode="json"), "continuing": continuing, "detail": detail},
+                            status_code=202)
+
+    @api
     async def fork_execution(request: Request) -> Response:
         execution_id = request.path_params["execution_id"]
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
@@ -471,6 +490,7 @@ def create_app(
         Route("/api/executions/{execution_id:path}/resume", resume, methods=["POST"]),
         Route("/api/executions/{execution_id:path}/fork", fork_execution, methods=["POST"]),
         Route("/api/executions/{execution_id:path}/cancel", cancel_execution, methods=["POST"]),
+        Route("/api/executions/{execution_id:path}/retry", retry_execution, methods=["POST"]),
         Route("/api/executions/{execution_id:path}/events", api_events),
         Route("/api/executions/{execution_id:path}/state", get_state),
         Route("/api/executions/{execution_id:path}", get_execution),

@@ -286,6 +286,23 @@ class Operator:
         """Cancel an execution wherever it runs or waits (see `tether.runtime.cancel`)."""
         return await Executions(self.store).cancel(execution_id, reason=reason, by=by, force=force, wait=wait)
 
+    async def retry(self, execution_id: str, *, by: str | None = None, here: bool = False) -> RunResult:
+        """Make a failed execution continue from its last good boundary; with ``here``, continue it in this process.
+
+        Raises:
+            NotFailed: It did not fail; nothing was changed.
+            ConfigurationError: ``here`` without a runner for it (checked before anything changes).
+        """
+        if here:
+            execution = await self.store.get_execution(execution_id)
+            if execution is not None and self.runner_for(execution) is None:
+                raise ConfigurationError(
+                    f"No runner here for {execution.root_path} (execution {execution_id!r}); nothing was "
+                    f"retried. Pass --app module:attr naming the runner that started it."
+                )
+        result = await Executions(self.store).retry(execution_id, by=by)
+        return await self.resume(execution_id) if here else result
+
     async def prune(self, older_than: timedelta) -> int:
         """Delete finished executions last updated longer ago than ``older_than``."""
         return await self.store.prune(older_than=datetime.now(UTC) - older_than)

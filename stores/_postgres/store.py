@@ -26,6 +26,7 @@ from .._errors import (
     ExecutionFinished,
     ExecutionNotFound,
     LeaseHeld,
+    NotFailed,
     SchemaVersionError,
     StaleLease,
     StoreCorrupted,
@@ -48,6 +49,7 @@ from .._models import (
     NewInterrupt,
     PendingInterrupt,
     StartResult,
+    ThreadSummary,
 )
 from .._protocol import SCHEMA_VERSION, check_limit, version_pairs
 from .._watch import committed
@@ -66,7 +68,7 @@ if TYPE_CHECKING:
 
 _EXEC_COLS = (
     "id, runner, root_path, fingerprint, status, input, result, error, "
-    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at, version, deadline, cancel"
+    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at, version, deadline, cancel, thread"
 )
 _PENDING_COLS = "execution_id, path, reason, context, seq, created_at, deadline, default_value"
 _FINAL_SQL = "('completed', 'failed', 'cancelled', 'timed_out')"
@@ -104,6 +106,7 @@ def _execution(row: asyncpg.Record) -> Execution:
         version=row["version"],
         deadline=row["deadline"],
         cancel=None if row["cancel"] is None else _json.loads(row["cancel"]),
+        thread=row["thread"],
     )
 
 
@@ -499,10 +502,10 @@ class PostgresStore(DriverStore):
         rows = await self._fetch(
             f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
             "VALUES ($1, $2, $3, $4, 'running', $5::json, NULL, NULL, $6, "
-            "now() + make_interval(secs => $7), 1, now(), now(), NULL, $8, $9, NULL, 1) "
+            "now() + make_interval(secs => $7), 1, now(), now(), NULL, $8, $9, NULL, $10, 1) "
             f"ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
             new.execution_id, new.runner, new.root_path, new.fingerprint, input_json,
-            owner, float(lease_seconds), new.version, new.deadline, write=True,
+            owner, float(lease_seconds), new.version, new.deadline, new.thread, write=True,
         )
         if rows:
             execution = _execution(rows[0])
@@ -519,9 +522,9 @@ class PostgresStore(DriverStore):
         rows = await self._fetch(
             f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
             "VALUES ($1, $2, $3, $4, 'queued', $5::json, NULL, NULL, NULL, NULL, 0, now(), now(), now(), $6, $7, "
-            f"NULL, 1) ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
+            f"NULL, $8, 1) ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
             new.execution_id, new.runner, new.root_path, new.fingerprint, input_json, new.version, new.deadline,
-            write=True,
+            new.thread, write=True,
         )
         if rows:
             return StartResult(execution=_execution(rows[0]), created=True)
@@ -635,22 +638,53 @@ class PostgresStore(DriverStore):
         limit: int = 100,
         after: Execution | None = None,
         recent: bool = False,
+        thread: str | None = None,
     ) -> list[Execution]:
         check_limit(limit)
-        if recent:
-            sql = (f"SELECT {_EXEC_COLS} FROM tether_executions "
-                   "WHERE ($1::text IS NULL OR status = $1) "
-                   "AND ($2::timestamptz IS NULL OR (updated_at, id) < ($2, $3)) "
-                   "ORDER BY updated_at DESC, id DESC LIMIT $4")
-            moment = after.updated_at if after else None
-        else:
-            sql = (f"SELECT {_EXEC_COLS} FROM tether_executions "
-                   "WHERE ($1::text IS NULL OR status = $1) "
-                   "AND ($2::timestamptz IS NULL OR (created_at, id) > ($2, $3)) "
-                   "ORDER BY created_at, id LIMIT $4")
-            moment = after.created_at if after else None
-        rows = await self._fetch(sql, status, moment, after.execution_id if after else None, limit)
+        # Most recently updated first, or oldest first; a page starts after the last row of the one before.
+        column, beyond, order = ("updated_at", "<", "DESC") if recent else ("created_at", ">", "ASC")
+        sql = (f"SELECT {_EXEC_COLS} FROM tether_executions "
+               "WHERE ($1::text IS NULL OR status = $1) AND ($5::text IS NULL OR thread = $5) "
+               f"AND ($2::timestamptz IS NULL OR ({column}, id) {beyond} ($2, $3)) "
+               f"ORDER BY {column} {order}, id {order} LIMIT $4")
+        moment = None if after is None else after.updated_at if recent else after.created_at
+        rows = await self._fetch(sql, status, moment, after.execution_id if after else None, limit, thread)
         return [_execution(r) for r in rows]
+
+    async def list_threads(self, *, limit: int = 100, after: str | None = None) -> list[ThreadSummary]:
+        check_limit(limit)
+        rows = await self._fetch(
+            f"""SELECT t.runs, {', '.join(f'e.{c}' for c in _EXEC_COLS.split(', '))}
+            FROM (SELECT thread, count(*) AS runs FROM tether_executions
+                  WHERE thread IS NOT NULL AND ($1::text IS NULL OR thread > $1)
+                  GROUP BY thread ORDER BY thread LIMIT $2) t
+            CROSS JOIN LATERAL (SELECT * FROM tether_executions x WHERE x.thread = t.thread
+                                ORDER BY x.created_at DESC, x.id DESC LIMIT 1) e
+            ORDER BY t.thread""",
+            after, limit,
+        )
+        return [ThreadSummary(thread=r["thread"], runs=r["runs"], latest=_execution(r)) for r in rows]
+
+    async def reopen(self, execution_id: str, *, by: str) -> Execution:
+        payload = _json.dumps({"by": by}, what="who retries")
+        rows = await self._fetch(
+            f"""WITH bump AS (
+                UPDATE tether_executions SET status = 'running', error = NULL, lease_owner = NULL,
+                    lease_expires_at = NULL, wake_at = NULL, updated_at = now(), next_seq = next_seq + 1
+                WHERE id = $1 AND status = 'failed' RETURNING {_EXEC_COLS}, next_seq - 1 AS first
+            ), inserted AS (
+                INSERT INTO tether_journal (execution_id, seq, path, label, kind, payload, created_at)
+                SELECT $1, first, root_path, 'retried', 'entry', $2::json, now() FROM bump
+            ) SELECT * FROM bump""",
+            execution_id, payload, write=True,
+        )
+        if not rows:
+            found = await self.get_execution(execution_id)
+            if found is None:
+                raise ExecutionNotFound(execution_id)
+            raise NotFailed(execution_id, found.status)
+        self._journal_grew(execution_id, rows[0]["first"])
+        return _execution(rows[0])
 
     # -- leases ----------------------------------------------------------------
 
@@ -1020,7 +1054,12 @@ class PostgresStore(DriverStore):
         rows = await self._fetch(
             f"""WITH doomed AS (
                 DELETE FROM tether_executions
-                WHERE status IN {_FINAL_SQL} AND updated_at < $1 RETURNING id
+                WHERE status IN {_FINAL_SQL} AND updated_at < $1
+                  -- a thread's runs go together, once its latest is old and finished
+                  AND (thread IS NULL OR thread NOT IN (
+                      SELECT k.thread FROM tether_executions k WHERE k.thread IS NOT NULL
+                      AND (k.status NOT IN {_FINAL_SQL} OR k.updated_at >= $1)))
+                RETURNING id
             ),
             j AS (DELETE FROM tether_journal WHERE execution_id IN (SELECT id FROM doomed)),
             p AS (DELETE FROM tether_pending WHERE execution_id IN (SELECT id FROM doomed)),

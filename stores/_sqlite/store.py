@@ -32,6 +32,7 @@ from .._errors import (
     ExecutionFinished,
     ExecutionNotFound,
     LeaseHeld,
+    NotFailed,
     StaleLease,
     StoreCorrupted,
     StoreError,
@@ -50,6 +51,7 @@ from .._models import (
     NewInterrupt,
     PendingInterrupt,
     StartResult,
+    ThreadSummary,
 )
 from .._protocol import check_limit, version_pairs
 from .._watch import committed
@@ -343,10 +345,10 @@ class SQLiteStore(DriverStore):
         def fn(db: sqlite3.Connection, now: int) -> StartResult:
             row = db.execute(
                 f"INSERT INTO tether_executions ({EXEC_COLS}) "
-                "VALUES (?, ?, ?, ?, 'running', ?, NULL, NULL, ?, ?, 1, ?, ?, NULL, ?, ?, NULL) "
+                "VALUES (?, ?, ?, ?, 'running', ?, NULL, NULL, ?, ?, 1, ?, ?, NULL, ?, ?, NULL, ?) "
                 f"ON CONFLICT (id) DO NOTHING RETURNING {EXEC_COLS}",
                 (new.execution_id, new.runner, new.root_path, new.fingerprint, input_json,
-                 owner, now + span_us(lease_seconds), now, now, new.version, deadline),
+                 owner, now + span_us(lease_seconds), now, now, new.version, deadline, new.thread),
             ).fetchone()
             if row is not None:
                 execution = execution_from(row)
@@ -367,10 +369,10 @@ class SQLiteStore(DriverStore):
         def fn(db: sqlite3.Connection, now: int) -> StartResult:
             row = db.execute(
                 f"INSERT INTO tether_executions ({EXEC_COLS}) "
-                "VALUES (?, ?, ?, ?, 'queued', ?, NULL, NULL, NULL, NULL, 0, ?, ?, ?, ?, ?, NULL) "
+                "VALUES (?, ?, ?, ?, 'queued', ?, NULL, NULL, NULL, NULL, 0, ?, ?, ?, ?, ?, NULL, ?) "
                 f"ON CONFLICT (id) DO NOTHING RETURNING {EXEC_COLS}",
                 (new.execution_id, new.runner, new.root_path, new.fingerprint, input_json, now, now, now,
-                 new.version, deadline),
+                 new.version, deadline, new.thread),
             ).fetchone()
             if row is not None:
                 return StartResult(execution=execution_from(row), created=True)
@@ -451,6 +453,7 @@ class SQLiteStore(DriverStore):
         limit: int = 100,
         after: Execution | None = None,
         recent: bool = False,
+        thread: str | None = None,
     ) -> list[Execution]:
         check_limit(limit)
         where: list[str] = []
@@ -458,6 +461,9 @@ class SQLiteStore(DriverStore):
         if status is not None:
             where.append("status = ?")
             params.append(status)
+        if thread is not None:
+            where.append("thread = ?")
+            params.append(thread)
         if after is not None and recent:
             where.append("(updated_at, id) < (?, ?)")
             params += [to_us(after.updated_at), after.execution_id]
@@ -470,6 +476,49 @@ class SQLiteStore(DriverStore):
         sql += " ORDER BY updated_at DESC, id DESC LIMIT ?" if recent else " ORDER BY created_at, id LIMIT ?"
         params.append(limit)
         return await self._read(lambda db: [execution_from(r) for r in db.execute(sql, params)])
+
+    async def list_threads(self, *, limit: int = 100, after: str | None = None) -> list[ThreadSummary]:
+        check_limit(limit)
+
+        def fn(db: sqlite3.Connection) -> list[ThreadSummary]:
+            rows = db.execute(
+                "SELECT thread, count(*), max(created_at) FROM tether_executions "
+                "WHERE thread IS NOT NULL AND (? IS NULL OR thread > ?) GROUP BY thread ORDER BY thread LIMIT ?",
+                (after, after, limit),
+            ).fetchall()
+            found = []
+            for thread, runs, _ in rows:
+                latest = db.execute(
+                    f"SELECT {EXEC_COLS} FROM tether_executions WHERE thread = ? ORDER BY created_at DESC, id DESC "
+                    "LIMIT 1", (thread,),
+                ).fetchone()
+                found.append(ThreadSummary(thread=thread, runs=runs, latest=execution_from(latest)))
+            return found
+
+        return await self._read(fn)
+
+    async def reopen(self, execution_id: str, *, by: str) -> Execution:
+        payload = _json.dumps({"by": by}, what="who retries")
+
+        def fn(db: sqlite3.Connection, now: int) -> tuple[Execution, int]:
+            row = db.execute(
+                "UPDATE tether_executions SET status = 'running', error = NULL, lease_owner = NULL, "
+                "lease_expires_at = NULL, wake_at = NULL, updated_at = ? "
+                f"WHERE id = ? AND status = 'failed' RETURNING {EXEC_COLS}",
+                (now, execution_id),
+            ).fetchone()
+            if row is None:
+                found = _execution(db, execution_id)
+                if found is None:
+                    raise ExecutionNotFound(execution_id)
+                raise NotFailed(execution_id, found.status)
+            execution = execution_from(row)
+            [seq] = self._insert_entries(db, execution_id, [(execution.root_path, "retried", "entry", payload)], now)
+            return execution, seq
+
+        execution, seq = await self._write(fn)
+        self._journal_grew(execution_id, seq)
+        return execution
 
     # -- leases ----------------------------------------------------------------
 
@@ -793,15 +842,17 @@ class SQLiteStore(DriverStore):
     async def prune(self, *, older_than: datetime) -> int:
         cutoff = to_us(older_than)
 
+        # A thread's runs go together, once its latest is old and finished: each run
+        # reads the conversation of the ones before it.
+        old = (f"status IN {FINAL_SQL} AND updated_at < :cutoff AND (thread IS NULL OR thread NOT IN ("
+               f"SELECT k.thread FROM tether_executions k WHERE k.thread IS NOT NULL "
+               f"AND (k.status NOT IN {FINAL_SQL} OR k.updated_at >= :cutoff)))")
+
         def fn(db: sqlite3.Connection, now: int) -> int:
-            doomed = f"SELECT id FROM tether_executions WHERE status IN {FINAL_SQL} AND updated_at < ?"
+            doomed = f"SELECT id FROM tether_executions WHERE {old}"
             for table in ("tether_journal", "tether_pending", "tether_idempotency"):
-                db.execute(f"DELETE FROM {table} WHERE execution_id IN ({doomed})", (cutoff,))
-            cursor = db.execute(
-                f"DELETE FROM tether_executions WHERE status IN {FINAL_SQL} AND updated_at < ?",
-                (cutoff,),
-            )
-            return cursor.rowcount
+                db.execute(f"DELETE FROM {table} WHERE execution_id IN ({doomed})", {"cutoff": cutoff})
+            return db.execute(f"DELETE FROM tether_executions WHERE {old}", {"cutoff": cutoff}).rowcount
 
         return await self._write(fn)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tether.actors import Chain
@@ -24,3 +25,14 @@ def charge(state: dict[str, Any]) -> dict[str, Any]:
 refund = Chain("refund", [validate, approve, charge], lease_seconds=1.0)
 runners = [refund]
 changed = [Chain("refund", [validate, charge], lease_seconds=1.0)]  # the node the run waits in is gone
+
+
+def shaky(state: dict[str, Any]) -> dict[str, Any]:
+    """Fails while the file the input names exists: the operator fixes it, then retries."""
+    if Path(state["broken_while"]).exists():
+        raise RuntimeError("the ledger is down")
+    return {"booked": True}
+
+
+flaky = Chain("flaky", [validate, shaky], lease_seconds=1.0)
+retrying = [refund, flaky]
