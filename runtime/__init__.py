@@ -108,13 +108,14 @@ from ._core.interrupt import (
     call_scope as call_scope,
     interrupt as interrupt,
 )
+from ._core.messages import wait_for as wait_for
 from ._core.patching import patched as patched
 from ._core.policies import RestartPolicy as RestartPolicy, SupervisionStrategy as SupervisionStrategy
 from ._core.ref import ActorRef as ActorRef
 from ._core.shielding import shielded as shielded
 from ._core.timers import sleep as sleep, sleep_until as sleep_until
 from ._core.version import __version__ as __version__
-from ._executions.control import cancel as cancel
+from ._executions.control import cancel as cancel, send_message as send_message
 from ._executions.history import Boundary as Boundary, fork as fork, history as history
 from ._executions.migration import (
     Migrated as Migrated,
@@ -211,10 +212,12 @@ __all__ = (
     "patched",
     "query",
     "read_event",
+    "send_message",
     "serve_executions",
     "shielded",
     "sleep",
     "sleep_until",
+    "wait_for",
     "__version__",
 )
 

@@ -411,6 +411,18 @@ class MemoryStore(Store):
         return JournalEntry(execution_id=execution_id, seq=new_seq, path=target,  # type: ignore[arg-type]
                             label="resumed", kind="resumed", payload=payload, created_at=_ts(now))
 
+    async def deliver_message(self, execution_id: str, path: str, message: JsonValue, *, by: str) -> JournalEntry:
+        payload_json = _json.dumps({"message": message, "by": by}, what="the message")
+        await self._enter()
+        run = self._get(execution_id)
+        if run.execution.finished:
+            raise ExecutionFinished(execution_id, run.execution.status)
+        now = time.time()
+        self._update(run, wake_at=_ts(now), updated_at=_ts(now))
+        [seq] = self._add_entries(run, [(path, "message", "entry", payload_json)], now)
+        return JournalEntry(execution_id=execution_id, seq=seq, path=path, label="message", kind="entry",
+                            payload=_json.loads(payload_json), created_at=_ts(now))
+
     @staticmethod
     def _explain_failed_claim(run: _Run, execution_id: str, path: str | None) -> StoreError:
         resumed = [r[1] for r in run.journal if r[3] == "resumed" and (path is None or r[1] == path)]

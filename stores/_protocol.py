@@ -336,6 +336,21 @@ class Store(ABC):
         """
 
     @abstractmethod
+    async def deliver_message(self, execution_id: str, path: str, message: JsonValue, *, by: str) -> JournalEntry:
+        """Put a message into the mailbox of the actor at ``path``, in one transaction: a durable message.
+
+        Journals it (label ``message``, at ``path``, payload ``{"message": ..., "by": ...}``)
+        with no lease needed, in the order messages come, and marks the execution
+        for workers (``wake_at``), so that a run parked waiting for a message is
+        taken up. Whoever runs the actor reads it from the journal.
+
+        Raises:
+            ExecutionNotFound: No such execution.
+            ExecutionFinished: It is completed, failed, cancelled or timed out; nothing was written.
+            SerializationError: ``message`` is not JSON; nothing was written.
+        """
+
+    @abstractmethod
     async def list_pending(
         self,
         *,

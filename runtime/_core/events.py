@@ -76,6 +76,8 @@ class ExecutionPaused(_Event):
     pending: list[str] = []
     """The paths of the interrupts that wait."""
     wake_at: datetime | None = None
+    waiting: list[dict[str, str]] = []
+    """The actors waiting for a message (`wait_for`): ``{"path": ..., "type": ...}`` each."""
 
 
 class ExecutionCompleted(_Event):
@@ -294,6 +296,9 @@ def from_entry(entry: Entry, pending: dict[str, PendingInterrupt] | None = None)
         return Checkpoint(**base, kind="snapshot")
     if ruled is not None:
         return _verdict(ruled, base, payload)
+    if label == "message":
+        message = payload.get("message")
+        return MessageAccepted(**base, message_type="message", message=message)
     if label == "inbox":
         message = payload.get("message") if isinstance(payload.get("message"), dict) else {}
         if root and message.get("type") == "Start":
@@ -325,7 +330,8 @@ def from_entry(entry: Entry, pending: dict[str, PendingInterrupt] | None = None)
 
 def _verdict(label: str, base: dict[str, Any], payload: dict[str, Any]) -> Event:
     if label == "paused":
-        return ExecutionPaused(**base, pending=payload.get("pending", []), wake_at=payload.get("wake_at"))
+        return ExecutionPaused(**base, pending=payload.get("pending", []), wake_at=payload.get("wake_at"),
+                               waiting=payload.get("waiting", []))
     if label == "completed":
         return ExecutionCompleted(**base, output=payload.get("output"))
     if label == "failed":

@@ -68,6 +68,14 @@ class ExecutionState:
 
     wake_here: bool = False
     """Every timer the actors parked on is one to wait out in this process (a retry's backoff)."""
+    waiting: list[dict[str, str]] = field(default_factory=list)
+    """The actors parked in `wait_for`: ``{"path": ..., "type": ...}`` each, journaled with the pause."""
+    seen: int = 0
+    """The last journal entry every waiting actor read: a message after it may be one it waits for."""
+
+    def awaits(self, path: str, expect: str, seen: int) -> None:
+        self.seen = seen if not self.waiting else min(self.seen, seen)
+        self.waiting.append({"path": path, "type": expect})
 
     def wake_at(self, due: datetime, *, here: bool = False) -> None:
         self.wake_here = here if self.wake is None else self.wake_here and here

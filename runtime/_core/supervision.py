@@ -28,6 +28,7 @@ from .execution import ExecutionState, Start
 from .idempotent import Step, ask_alias, current_step
 from .interrupt import Answer, CallScope, Interrupted, Parked, Suspended, Suspension, current_call
 from .journal import ActorJournal, MessageCodec
+from .messages import Awaiting
 from .policies import RestartPolicy, SupervisionStrategy
 from .ref import ActorRef, Envelope, MsgT, Reply, ReplyT
 
@@ -285,6 +286,10 @@ class Slot:
                                                      signal.timeout, signal.default)
             elif isinstance(signal, Parked) and self.execution is not None:
                 self.execution.wake_at(signal.due, here=signal.here)  # a durable sleep: no row, a time to wake
+            elif isinstance(signal, Awaiting) and self.execution is not None:
+                self.execution.awaits(signal.path, signal.expect, signal.seen)  # a message wakes it
+                if signal.due is not None:
+                    self.execution.wake_at(signal.due)
         self.parked = envelope
         suspended = Suspended(self.path)
         waiting = envelope.reply is not None or bool(self.waiters.get(envelope.inbox_seq or 0))

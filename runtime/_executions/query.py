@@ -81,7 +81,7 @@ async def query(store: Store, execution_id: str, path: str | None = None) -> Act
         raise ExecutionNotFound(execution_id)
     execution, journal = loaded
     actor = execution.root_path if path is None else path
-    actors = _actors(execution, journal)
+    actors = actor_paths(execution, journal)
     if actor not in actors:
         raise ActorNotFound(execution_id, actor, actors)
     own = [entry for entry in journal if entry.path == actor]
@@ -92,7 +92,7 @@ async def query(store: Store, execution_id: str, path: str | None = None) -> Act
                       seq=last.seq if last else 0, label=last.label if last else None)
 
 
-def _actors(execution: Execution, journal: Sequence[JournalEntry]) -> set[str]:
+def actor_paths(execution: Execution, journal: Sequence[JournalEntry]) -> set[str]:
     """The paths of the actors an execution's journal has, its root's always among them.
 
     Actors journal at their own path. A decision is the one entry that is not an

@@ -419,7 +419,7 @@ class Runtime:
         execution_id = lease.execution_id
         while True:
             result, due = await self._drive_once(factory, name, lease, start, fresh=fresh, journal=journal)
-            if due is None or not wait_here:
+            if due is None or not (wait_here or due <= self.hooks.now()):
                 return result
             await anyio.sleep(max(0.0, (due - self.hooks.now()).total_seconds()))
             service = self._service()
@@ -522,10 +522,14 @@ class Runtime:
                 # A worker takes it up at its deadline too, to end it there if nothing else did.
                 deadline = holder.lease.deadline
                 due = deadline if state.wake is None else state.wake if deadline is None else min(state.wake, deadline)
+                waiting = {"waiting": state.waiting} if state.waiting else {}
                 await release(holder.lease, status="paused", wake_at=due,
-                              entries=[verdict(root_path, "paused", pending=holder.suspended, wake_at=wake)])
+                              entries=[verdict(root_path, "paused", pending=holder.suspended, wake_at=wake,
+                                               **waiting)])
                 if state.wake_here and not holder.suspended and due == state.wake:
                     again = state.wake
+                if state.waiting and await self._message_came(execution_id, state):
+                    again = self.hooks.now()  # it came as the run parked: the wake it set was overwritten
             elif state.outcome in STOPPED:
                 await release_stopped(self.store, holder.lease, root_path, state.outcome, state.output)
             else:
@@ -536,6 +540,17 @@ class Runtime:
         except StaleLease:
             again = None  # taken over meanwhile: the other process decides the outcome
         return await self.result(execution_id), again
+
+    async def _message_came(self, execution_id: str, state: ExecutionState) -> bool:
+        """Whether a message for a waiting actor was journaled after it last read, before the pause committed.
+
+        A message sent after the pause committed marks the run for workers itself; one
+        sent between the read and the pause is found here, so none waits unseen.
+        """
+        assert self.store is not None
+        paths = {waiting["path"] for waiting in state.waiting}
+        return any(entry.label == "message" and entry.path in paths
+                   for entry in await self.store.read_journal(execution_id, after_seq=state.seen))
 
     async def _keep_lease(self, state: ExecutionState) -> None:
         """Renew the lease until the execution ends, riding out short store outages.

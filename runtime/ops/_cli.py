@@ -417,6 +417,41 @@ def watch(settings: Settings, execution_id: str, after: int, through_pauses: boo
 
 @cli.command()
 @click.argument("execution_id")
+@click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE",
+              help="A field of the message (repeatable): approved=true, by=alice.")
+@click.option("--message", "raw", metavar="JSON", help="The whole message as a JSON object.")
+@click.option("--path", help="The receiving actor (default: the execution's root).")
+@click.option("--by", help="Who sends it, journaled with it (default: cli:<your user name>).")
+@click.option("--app", metavar="MODULE:ATTR", help="The application's code, to check the message against the "
+                                                   "type a waiting actor expects.")
+@json_option
+@store_options
+@pass_settings
+def send(settings: Settings, execution_id: str, assignments: tuple[str, ...], raw: str | None, path: str | None,
+         by: str | None, app: str | None, as_json: bool) -> None:
+    """Send a durable message to an execution: the next wait_for of its type there receives it, once.
+
+    It is journaled at once, in order, whether the execution runs now, waits for
+    it (then it is marked for a worker), or its process is down. A message an
+    actor waits for is checked against the type it waits for (with --app, which
+    defines that type) before it is accepted.
+    """
+    message = _decision(assignments, raw, "--message")
+    if message is None:
+        raise click.UsageError("Give the message with --set KEY=VALUE (repeatable) or --message JSON.")
+    try:
+        entry = settings.run(lambda op: op.send_message(execution_id, message, path=path, by=by or _decider()), app)
+    except ValidationError as exc:
+        _complain("Not a valid message", exc, " (nothing was sent)")
+        raise click.exceptions.Exit(2) from None
+    if as_json:
+        _print_json(entry.model_dump(mode="json"))
+    else:
+        _say(_out(), f"Sent to {entry.path} of {execution_id} (#{entry.seq}).")
+
+
+@cli.command()
+@click.argument("execution_id")
 @click.option("--app", metavar="MODULE:ATTR", help="The runner(s) to continue with here; without: a worker does.")
 @click.option("--by", help="Who retries, journaled (default: cli:<your user name>).")
 @json_option
@@ -694,7 +729,7 @@ def _decision(assignments: tuple[str, ...], raw: str | None, option: str = "--de
         try:
             value = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise click.UsageError(f"{option} is not JSON ({exc}); nothing was claimed.") from exc
+            raise click.UsageError(f"{option} is not JSON ({exc}); nothing was done.") from exc
         if not isinstance(value, dict):
             raise click.UsageError(f"{option} must be a JSON object, like '{{\"approved\": true}}'.")
         return value

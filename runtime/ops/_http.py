@@ -8,6 +8,7 @@
     POST /api/executions/{id}/resume      body: the decision (JSON object); ?path= and ?seq= pick one
     POST /api/executions/{id}/cancel      body (optional): {"reason": "..."}; ?wait=S for a running one
     POST /api/executions/{id}/retry       a failed one continues from its last good boundary
+    POST /api/executions/{id}/messages    body: the message (JSON object); ?path= the receiving actor
     GET  /api/executions/{id}/events      its events as server-sent events, from Last-Event-ID
                                           (or ?after=); ?until=paused ends at a pause
     GET  /approvals                       the page: pending interrupts with Approve / Reject
@@ -338,6 +339,29 @@ def create_app(
         return JSONResponse(result.model_dump(mode="json"), status_code=200 if result.status == "cancelled" else 202)
 
     @api
+    async def post_message(request: Request) -> Response:
+        execution_id = request.path_params["execution_id"]
+        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            return _problem(415, "Send the message as a JSON object with Content-Type: application/json.")
+        try:
+            message = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _problem(400, f"The body is not JSON ({exc}); nothing was sent.")
+        if not isinstance(message, dict):
+            return _problem(422, 'The message must be a JSON object, like {"approved": true}; nothing was sent.')
+        try:
+            entry = await operator.send_message(execution_id, message, path=request.query_params.get("path"),
+                                                by="api")
+        except ValidationError as exc:
+            return _problem(422, f"Not what the receiving actor waits for; nothing was sent: {exc}")
+        except ActorNotFound as exc:
+            return _problem(404, str(exc))
+        except (ExecutionFinished, ConfigurationError) as exc:
+            return _problem(409, str(exc))
+        return JSONResponse({"execution_id": execution_id, "path": entry.path, "seq": entry.seq,
+                             "status": "accepted"}, status_code=202)
+
+    @api
     async def retry_execution(request: Request) -> Response:
         execution_id = request.path_params["execution_id"]
         try:
@@ -491,6 +515,7 @@ def create_app(
         Route("/api/executions/{execution_id:path}/fork", fork_execution, methods=["POST"]),
         Route("/api/executions/{execution_id:path}/cancel", cancel_execution, methods=["POST"]),
         Route("/api/executions/{execution_id:path}/retry", retry_execution, methods=["POST"]),
+        Route("/api/executions/{execution_id:path}/messages", post_message, methods=["POST"]),
         Route("/api/executions/{execution_id:path}/events", api_events),
         Route("/api/executions/{execution_id:path}/state", get_state),
         Route("/api/executions/{execution_id:path}", get_execution),

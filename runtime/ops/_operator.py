@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether.runtime._core.events import verdict_of
-from tether.runtime._executions import history as _history, migration as _migration
+from tether.runtime._executions import control as _control, history as _history, migration as _migration
 from tether.runtime._executions.runner import Runner, runner_for
 from tether.runtime._executions.service import Executions
 from tether.stores import ConfigurationError, ExecutionNotFound, TetherError
@@ -302,6 +302,11 @@ class Operator:
                 )
         result = await Executions(self.store).retry(execution_id, by=by)
         return await self.resume(execution_id) if here else result
+
+    async def send_message(self, execution_id: str, message: dict[str, Any], *, path: str | None = None,
+                           by: str | None = None) -> JournalEntry:
+        """Send a durable message to an actor of an execution (see `tether.runtime.send_message`)."""
+        return await _control.send_message(self.store, execution_id, message, path=path, by=by)
 
     async def prune(self, older_than: timedelta) -> int:
         """Delete finished executions last updated longer ago than ``older_than``."""

@@ -965,6 +965,26 @@ class PostgresStore(DriverStore):
             held=(row["held_by"], row["lease_expires_at"]) if row["held_by"] is not None else None,
         )
 
+    async def deliver_message(self, execution_id: str, path: str, message: JsonValue, *, by: str) -> JournalEntry:
+        payload_json = _json.dumps({"message": message, "by": by}, what="the message")
+        rows = await self._fetch(
+            f"""WITH bump AS (
+                UPDATE tether_executions SET wake_at = now(), updated_at = now(), next_seq = next_seq + 1
+                WHERE id = $1 AND status NOT IN {_FINAL_SQL} RETURNING next_seq - 1 AS first
+            ) INSERT INTO tether_journal (execution_id, seq, path, label, kind, payload, created_at)
+            SELECT $1, first, $2, 'message', 'entry', $3::json, now() FROM bump
+            RETURNING seq, created_at""",
+            execution_id, path, payload_json, write=True,
+        )
+        if not rows:
+            execution = await self.get_execution(execution_id)
+            if execution is None:
+                raise ExecutionNotFound(execution_id)
+            raise ExecutionFinished(execution_id, execution.status)
+        self._journal_grew(execution_id, rows[0]["seq"])
+        return JournalEntry(execution_id=execution_id, seq=rows[0]["seq"], path=path, label="message", kind="entry",
+                            payload=_json.loads(payload_json), created_at=rows[0]["created_at"])
+
     async def list_pending(
         self,
         *,

@@ -750,6 +750,28 @@ class SQLiteStore(DriverStore):
         self._journal_grew(execution_id, entry.seq)
         return entry
 
+    async def deliver_message(self, execution_id: str, path: str, message: JsonValue, *, by: str) -> JournalEntry:
+        payload = {"message": message, "by": by}
+        payload_json = _json.dumps(payload, what="the message")
+
+        def fn(db: sqlite3.Connection, now: int) -> JournalEntry:
+            found = db.execute(
+                f"UPDATE tether_executions SET wake_at = ?, updated_at = ? WHERE id = ? AND status NOT IN {FINAL_SQL} "
+                "RETURNING 1", (now, now, execution_id),
+            ).fetchone()
+            if found is None:
+                execution = _execution(db, execution_id)
+                if execution is None:
+                    raise ExecutionNotFound(execution_id)
+                raise ExecutionFinished(execution_id, execution.status)
+            [seq] = self._insert_entries(db, execution_id, [(path, "message", "entry", payload_json)], now)
+            return JournalEntry(execution_id=execution_id, seq=seq, path=path, label="message", kind="entry",
+                                payload=_json.loads(payload_json), created_at=from_us(now))
+
+        entry = await self._write(fn)
+        self._journal_grew(execution_id, entry.seq)
+        return entry
+
     async def list_pending(
         self,
         *,
