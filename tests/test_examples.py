@@ -304,3 +304,38 @@ def test_the_streaming_example_is_watched_from_another_process_as_its_docstring_
     assert [e.cursor for e in seen] == list(range(1, len(seen) + 1))  # no live event crosses processes
     assert seen[-1].type == "execution_completed"
     assert {"execution_resumed", "tool_result", "llm_turn"} <= {e.type for e in seen}
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_live_order_waits_for_a_message_and_is_cancelled_from_another_process(
+    tmp_path: Path, backend: str
+) -> None:
+    shell = OperatorShell(tmp_path, backend)
+    first = shell.python("live_orders.py")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines()[0] == "reserved 2 x kettle"
+    assert "waiting for the customer" in first.stdout
+    wrong = shell.tether("send", "order-1", "--set", "confirmed=perhaps", "--app", "examples.live_orders:runners")
+    assert wrong.returncode == 2 and "nothing was sent" in wrong.stderr
+    [hint] = [line.strip() for line in first.stdout.splitlines() if line.strip().startswith("tether send")]
+    sent = shell.tether(*shlex.split(hint)[1:])  # the command the example printed, as printed
+    assert sent.returncode == 0, sent.stderr
+    with subprocess.Popen([sys.executable, str(EXAMPLES / "live_orders.py"), "--backend", backend, "--continue"],
+                          cwd=tmp_path, env=shell.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as shipping:
+        assert shipping.stdout is not None
+        assert shipping.stdout.readline().startswith("shipping")
+        cancelled = shell.tether("cancel", "order-1", "--reason", "changed mind")
+        out, err = shipping.communicate(timeout=60)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert shipping.returncode == 0, err
+    assert out.strip() == "cancelled: Cancelled by " + _cli_user() + ": changed mind"
+    assert "reserved" not in out  # the stock was reserved once, by the first run
+    shown = shell.tether("show", "order-1")
+    assert "cancelled" in shown.stdout
+
+
+def _cli_user() -> str:
+    import getpass
+
+    return f"cli:{getpass.getuser()}"
