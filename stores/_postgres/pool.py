@@ -192,18 +192,20 @@ class ConnectionPool:
 
 
 async def connect_detached(connect: Callable[[], Awaitable[Connection]],
-                           under_way: set[asyncio.Task[Connection]]) -> Connection:
+                           under_way: set[asyncio.Task[Connection]],
+                           orphaned: Callable[[Connection | None], object] | None = None) -> Connection:
     """Await ``connect()`` without letting a cancellation interrupt it (see the module's docstring).
 
     A caller cancelled first leaves at once; the connection is terminated when
-    it comes (it has run no statement, so nothing is left in flight). The task
+    it comes (it has run no statement, so nothing is left in flight), or handed
+    to ``orphaned`` (None if the connect failed), which may keep it. The task
     stays in ``under_way`` until it ends: its owner waits for it before its loop
     goes (`finish_detached`), or the socket it opens would be left unclosed.
     """
     task = _start(connect)
     under_way.add(task)
     task.add_done_callback(under_way.discard)
-    await _wait_detached(task, _terminate)
+    await _wait_detached(task, orphaned or _terminate)
     return task.result()
 
 

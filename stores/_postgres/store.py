@@ -214,6 +214,7 @@ class PostgresStore(DriverStore):
         self._follow_lock: anyio.Lock | None = None
         self._control_listener: PostgresListener | None = None
         self._control_lock: anyio.Lock | None = None
+        self._closing = False  # a listener that connects from now on is closed, not kept
         self._appending: dict[str, int] = {}  # followed executions this object is appending to now
 
     def __repr__(self) -> str:
@@ -346,8 +347,12 @@ class PostgresStore(DriverStore):
         wake = threadsafe_caller(on_work)
         return await self._listen_on("tether_work", lambda payload: wake())
 
-    async def _listen_on(self, channel: str, on_notify: Callable[[str], object]) -> PostgresListener:
-        """A dedicated connection that LISTENs on ``channel``, calling ``on_notify(payload)`` on the driver loop."""
+    async def _listen_on(self, channel: str, on_notify: Callable[[str], object],
+                         adopt: Callable[[PostgresListener], object] | None = None) -> PostgresListener:
+        """A dedicated connection that LISTENs on ``channel``, calling ``on_notify(payload)`` on the driver loop.
+
+        ``adopt``: what keeps the listener of a caller cancelled before it connected (else it is closed).
+        """
         import asyncpg
 
         await self._loop()
@@ -361,7 +366,15 @@ class PostgresStore(DriverStore):
         async def open_listener(op: Op) -> Any:
             with self._map_errors():
                 # Never interrupted by a cancellation (see _pgpool); a cancelled caller's is terminated.
-                return await connect_detached(connect, self._listen_connects)
+                return await connect_detached(connect, self._listen_connects, orphaned)
+
+        def orphaned(conn: Any) -> None:
+            if conn is None:
+                return
+            if adopt is None:
+                conn.terminate()
+            else:
+                adopt(PostgresListener(self, conn))
 
         return PostgresListener(self, await self._run(open_listener))
 
@@ -453,6 +466,7 @@ class PostgresStore(DriverStore):
     async def aclose(self) -> None:
         # Its followers are told (they read next, and learn that the store is closed), and
         # their LISTEN connections go with it.
+        self._closing = True
         for listener in (self._journal_listener, self._control_listener):
             if listener is not None:
                 with anyio.CancelScope(shield=True), contextlib.suppress(StoreError, UsageError):
@@ -600,9 +614,21 @@ class PostgresStore(DriverStore):
                 return
             schedule = threadsafe_scheduler()
             requested = self._control_requested
-            self._control_listener = await self._listen_on(
-                "tether_control", lambda execution_id: schedule(lambda: requested(execution_id))
+
+            def adopt(listener: PostgresListener) -> None:
+                # Its first holder ended before it connected: it serves the next ones (or is closed).
+                if self._control_listener is None and not self._closing:
+                    self._control_listener = listener
+                else:
+                    listener._conn.terminate()
+
+            listening = await self._listen_on(
+                "tether_control", lambda execution_id: schedule(lambda: requested(execution_id)), adopt
             )
+            if self._control_listener is not None and not self._control_listener.closed:
+                await listening.aclose()  # an earlier holder's, adopted meanwhile, serves already
+            else:
+                self._control_listener = listening
 
     async def get_execution(self, execution_id: str) -> Execution | None:
         rows = await self._fetch(
