@@ -210,12 +210,23 @@ def create_app(
         runner = await operator.decide(execution_id, value, path=path, seq=seq, by=by)  # a misfit: refused first
         if runner is None or not tasks:
             return False
+        carry_on_here(execution_id)
+        return True
+
+    async def continue_if_ours(execution_id: str) -> bool:
+        """Carry an execution on here when this server has its runner; whether it does."""
+        found = await operator.store.get_execution(execution_id)
+        if not tasks or found is None or operator.runner_for(found) is None:
+            return False
+        carry_on_here(execution_id)
+        return True
+
+    def carry_on_here(execution_id: str) -> None:
         done = settled[execution_id] = anyio.Event()
         settled.move_to_end(execution_id)
         while len(settled) > SETTLED_KEPT and next(iter(settled.values())).is_set():
             settled.popitem(last=False)  # bounded: the oldest runs that ended are forgotten
         tasks[0].start_soon(carry_on, execution_id, done)
-        return True
 
     async def carry_on(execution_id: str, done: anyio.Event) -> None:
         try:
@@ -368,11 +379,7 @@ def create_app(
             result = await operator.retry(execution_id, by="api")
         except NotFailed as exc:
             return _problem(409, str(exc))
-        found = await operator.store.get_execution(execution_id)
-        continuing = bool(tasks) and found is not None and operator.runner_for(found) is not None
-        if continuing:
-            done = settled[execution_id] = anyio.Event()
-            tasks[0].start_soon(carry_on, execution_id, done)
+        continuing = await continue_if_ours(execution_id)
         detail = ("Retrying; this server continues the run." if continuing
                   else f"Retrying; {_nobody_continues(execution_id)}.")
         return JSONResponse({**result.model_dump(mode="json"), "continuing": continuing, "detail": detail},
@@ -404,11 +411,7 @@ def create_app(
             return _problem(422, f"Not a valid decision for that boundary; nothing was forked: {exc}")
         except (ConfigurationError, LeaseHeld) as exc:
             return _problem(409, str(exc))
-        forked = await operator.store.get_execution(new_id)
-        continuing = bool(tasks) and forked is not None and operator.runner_for(forked) is not None
-        if continuing:
-            done = settled[new_id] = anyio.Event()
-            tasks[0].start_soon(carry_on, new_id, done)
+        continuing = await continue_if_ours(new_id)
         detail = ("Forked; this server runs the fork." if continuing
                   else f"Forked, not run; {_nobody_continues(new_id)}.")
         return JSONResponse({"execution_id": new_id, "forked_from": execution_id, "at": at,

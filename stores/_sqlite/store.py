@@ -508,10 +508,7 @@ class SQLiteStore(DriverStore):
                 (now, execution_id),
             ).fetchone()
             if row is None:
-                found = _execution(db, execution_id)
-                if found is None:
-                    raise ExecutionNotFound(execution_id)
-                raise NotFailed(execution_id, found.status)
+                raise _refused(db, execution_id, NotFailed)
             execution = execution_from(row)
             [seq] = self._insert_entries(db, execution_id, [(execution.root_path, "retried", "entry", payload)], now)
             return execution, seq
@@ -760,10 +757,7 @@ class SQLiteStore(DriverStore):
                 "RETURNING 1", (now, now, execution_id),
             ).fetchone()
             if found is None:
-                execution = _execution(db, execution_id)
-                if execution is None:
-                    raise ExecutionNotFound(execution_id)
-                raise ExecutionFinished(execution_id, execution.status)
+                raise _refused(db, execution_id, ExecutionFinished)
             [seq] = self._insert_entries(db, execution_id, [(path, "message", "entry", payload_json)], now)
             return JournalEntry(execution_id=execution_id, seq=seq, path=path, label="message", kind="entry",
                                 payload=_json.loads(payload_json), created_at=from_us(now))
@@ -952,6 +946,12 @@ def _lease(execution_id: str, owner: str, epoch: int, expires: int, deadline: in
     """A lease as a statement that took it returned it, with what its holder must obey."""
     return Lease(execution_id=execution_id, owner=owner, epoch=epoch, expires_at=from_us(expires),
                  deadline=from_us_or_none(deadline), cancel=None if cancel is None else _json.loads(cancel))
+
+
+def _refused(db: sqlite3.Connection, execution_id: str, refusal: Callable[[str, str], StoreError]) -> StoreError:
+    """Why a statement that changes one execution changed nothing: no such execution, or ``refusal`` of its status."""
+    found = _execution(db, execution_id)
+    return ExecutionNotFound(execution_id) if found is None else refusal(execution_id, found.status)
 
 
 def _data_version(db: sqlite3.Connection) -> int:
