@@ -67,9 +67,7 @@ async def ship(state: dict[str, Any]) -> dict[str, Any]:
     return {"shipped": True}
 
 
-# A running order hears of a cancel from another process at once on Postgres, and at its next
-# lease renewal on SQLite: every third of its lease, 2 s here (10 s with the default 30 s lease).
-order = Chain("order", [reserve, await_customer, ship], lease_seconds=6)
+order = Chain("order", [reserve, await_customer, ship])
 runners = [order]
 
 

@@ -142,7 +142,8 @@ class Store(ABC):
         `renew_lease` and `take_work` hand out carry the request. One that nobody
         runs (queued, paused, decided) is marked for workers at once (``wake_at``),
         so that it is cancelled even if the caller dies now. A holder in another
-        process is told (Postgres: ``NOTIFY``; otherwise at its next renewal), and
+        process is told (Postgres: ``NOTIFY``; SQLite: a check, see `watch_controls`;
+        otherwise at its next renewal), and
         one of this store object at once (see `watch_controls`). None if there is
         no such execution.
         """
@@ -454,31 +455,35 @@ class Store(ABC):
     _controlled: dict[str, set[Callable[[], object]]] | None = None
 
     @contextlib.asynccontextmanager
-    async def watch_controls(self, execution_id: str, on_request: Callable[[], object]) -> AsyncIterator[None]:
+    async def watch_controls(self, execution_id: str, on_request: Callable[[], object]
+                             ) -> AsyncIterator[tuple[Check | None, float]]:
         """Call ``on_request`` when a control request (a cancel) for ``execution_id`` may have come, while the block runs.
 
         What a lease holder uses to stop at once rather than at its next renewal:
         a request made through this store object calls it at once, one from
         another process through the database where it can notify (Postgres
-        ``LISTEN``). A call may be spurious; the holder renews its lease to learn
-        what was asked (`Lease.cancel`). ``on_request`` runs on the caller's event
-        loop and must not block.
+        ``LISTEN``). Where it cannot, the block gets a cheap check to ask every so
+        often, and its interval (SQLite: whether another connection committed, and
+        then whether a cancel is recorded); else ``(None, 0.0)``. A call or a true
+        check may be spurious; the holder renews its lease to learn what was asked
+        (`Lease.cancel`). ``on_request`` runs on the caller's event loop and must
+        not block.
         """
         if self._controlled is None:
             self._controlled = {}
         callbacks = self._controlled.setdefault(execution_id, set())
         callbacks.add(on_request)
         try:
-            async with self._control_source():
-                yield
+            async with self._control_source(execution_id) as source:
+                yield source
         finally:
             callbacks.discard(on_request)
             if not callbacks:
                 del self._controlled[execution_id]
 
-    def _control_source(self) -> AbstractAsyncContextManager[None]:
-        """What tells this store object of other processes' control requests (nothing, by default)."""
-        return contextlib.nullcontext()
+    def _control_source(self, execution_id: str) -> AbstractAsyncContextManager[tuple[Check | None, float]]:
+        """How a holder learns of other processes' control requests: a check and its interval (None: it is told)."""
+        return contextlib.nullcontext((None, 0.0))
 
     def _control_requested(self, execution_id: str) -> None:
         """Tell this store object's holders of ``execution_id``: call after committing a control request."""

@@ -44,7 +44,7 @@ from .service import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
     from types import TracebackType
 
     from pydantic import BaseModel, JsonValue
@@ -564,20 +564,25 @@ class Runtime:
         holder = state.holder
         state.keeping = True
         try:
-            async with self.store.watch_controls(state.execution_id, lambda: state.stirred.set()):
+            async with self.store.watch_controls(state.execution_id, lambda: state.stirred.set()) as (check, every):
                 state.keeping = False
+                renew_at = anyio.current_time() + lease_seconds / 3
                 while not state.done.is_set():
                     stop = stop_of(holder.lease, self.hooks.now())
                     if stop is not None:
                         state.end(*stop)
                         return
-                    with anyio.move_on_after(self._until_renewal(holder.lease, lease_seconds)):
+                    wait = min(renew_at - anyio.current_time(), self._until_deadline(holder.lease))
+                    with anyio.move_on_after(wait if check is None else min(wait, every)):
                         await state.stirred.wait()
                     if state.done.is_set():
                         return
-                    state.stirred = anyio.Event()
+                    asked, state.stirred = state.stirred.is_set(), anyio.Event()
                     state.keeping = True
                     try:
+                        if not (asked or anyio.current_time() >= renew_at or await _asked(check)):
+                            continue  # nothing asked, not due: the deadline, or nothing, is looked at above
+                        renew_at = anyio.current_time() + lease_seconds / 3
                         holder.lease = await self.store.renew_lease(holder.lease, lease_seconds=lease_seconds)
                     except StaleLease as exc:
                         state.lost = True
@@ -593,12 +598,11 @@ class Runtime:
         finally:
             state.keeping = False
 
-    def _until_renewal(self, lease: Lease, lease_seconds: float) -> float:
-        """Seconds until the keeper next renews: a third of the lease, or less to meet the deadline."""
-        wait = lease_seconds / 3
-        if lease.deadline is not None:
-            wait = min(wait, max(0.0, (lease.deadline - self.hooks.now()).total_seconds()))
-        return wait
+    def _until_deadline(self, lease: Lease) -> float:
+        """Seconds until the execution's deadline, on the runtime's clock (infinity: none)."""
+        if lease.deadline is None:
+            return float("inf")
+        return max(0.0, (lease.deadline - self.hooks.now()).total_seconds())
 
     async def drive(self, factory: ActorFactory, lease: Lease, *, execution: Execution | None = None) -> RunResult:
         """Run an execution that `Store.take_work` leased to this process (what workers do).
@@ -645,6 +649,16 @@ class Runtime:
                          version=getattr(factory, "version", ""), input=input, deadline=deadline_after(timeout, self.hooks),
                          thread=thread),
         )
+
+
+async def _asked(check: Callable[[], Awaitable[bool]] | None) -> bool:
+    """Whether the store's check says a cancel may have been asked (a store that is away says no)."""
+    if check is None:
+        return False
+    try:
+        return await check()
+    except StoreUnavailable:
+        return False
 
 
 def deadline_after(timeout: timedelta | float | None, hooks: Hooks) -> datetime | None:

@@ -178,8 +178,8 @@ class Executions:
         happens next: the first request stands, and whoever holds or next takes the
         execution carries it out. A paused, decided, queued or sleeping execution
         is cancelled here and now. A running one is stopped by the process that
-        runs it, which is told (Postgres: at once, by ``NOTIFY``; SQLite: at its next
-        lease renewal, within a third of its lease) and cancels what it runs at its
+        runs it, which is told (Postgres: at once, by ``NOTIFY``; SQLite: within
+        ``SQLiteStore.control_interval``; at the latest at its next lease renewal) and cancels what it runs at its
         next ``await``; a `shielded` block is let finish first. A holder that has
         hung is waited out until its lease lapses, then cancelled from here.
 

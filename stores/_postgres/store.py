@@ -593,17 +593,14 @@ class PostgresStore(DriverStore):
         self._control_requested(execution_id)
         return _execution(rows[0]) if rows else None
 
-    def _control_source(self) -> contextlib.AbstractAsyncContextManager[None]:
-        return self._listening_to_controls()
-
     @contextlib.asynccontextmanager
-    async def _listening_to_controls(self) -> AsyncIterator[None]:
+    async def _control_source(self, execution_id: str) -> AsyncIterator[tuple[Check | None, float]]:
         # One LISTEN connection for every holder of this store object, opened with the first
         # and kept until the store closes: a run should not pay a connection for its cancel.
         # If it cannot be had, holders learn of a cancel at their next renewal instead.
         with contextlib.suppress(StoreUnavailable):
             await self._listen_to_controls()
-        yield
+        yield None, 0.0
 
     async def _listen_to_controls(self) -> None:
         if self._control_lock is None:

@@ -231,12 +231,31 @@ class SQLiteStore(DriverStore):
 
         yield check, self.watch_interval
 
-    async def _data_version(self) -> int:
+    control_interval: float = 0.25
+    """Seconds between a running execution's checks for a cancel asked by another process."""
+
+    @contextlib.asynccontextmanager
+    async def _control_source(self, execution_id: str) -> AsyncIterator[tuple[Check | None, float]]:
+        # Nothing to ask while no other connection committed (one process alone never asks
+        # more than data_version); after one did, whether it recorded a cancel for this run.
+        seen = await self._data_version(self.control_interval)
+
+        async def check() -> bool:
+            nonlocal seen
+            now = await self._data_version(self.control_interval)
+            if now == seen:
+                return False
+            seen = now
+            return await self._read(lambda db: _cancel_asked(db, execution_id))
+
+        yield check, self.control_interval
+
+    async def _data_version(self, interval: float | None = None) -> int:
         # Asked once per interval for all of this object's watches, not once by each of them:
         # the question queues on the connection that every write uses.
         now = anyio.current_time()
         asked = self._version_asked
-        if asked is not None and now - asked[0] < self.watch_interval / 2:
+        if asked is not None and now - asked[0] < (interval or self.watch_interval) / 2:
             return asked[1]
         version = await self._read(_data_version)
         self._version_asked = (now, version)
@@ -952,6 +971,11 @@ def _refused(db: sqlite3.Connection, execution_id: str, refusal: Callable[[str, 
     """Why a statement that changes one execution changed nothing: no such execution, or ``refusal`` of its status."""
     found = _execution(db, execution_id)
     return ExecutionNotFound(execution_id) if found is None else refusal(execution_id, found.status)
+
+
+def _cancel_asked(db: sqlite3.Connection, execution_id: str) -> bool:
+    row = db.execute("SELECT cancel IS NOT NULL FROM tether_executions WHERE id = ?", (execution_id,)).fetchone()
+    return row is not None and bool(row[0])
 
 
 def _data_version(db: sqlite3.Connection) -> int:
