@@ -33,6 +33,7 @@ from ._messages import (
     UserMessage as UserMessage,
 )
 from ._openai import LLMError as LLMError, OpenAIChatLLM as OpenAIChatLLM
+from ._retry import LLM_RETRY as LLM_RETRY, retriable_llm_error as retriable_llm_error
 from ._team import (
     Blackboard as Blackboard,
     MaxHandoffsExceeded as MaxHandoffsExceeded,
@@ -40,10 +41,12 @@ from ._team import (
     Swarm as Swarm,
     Worker as Worker,
 )
+from ._threads import ThreadBroken as ThreadBroken
 from ._tools import FunctionTool as FunctionTool
 
 __all__ = (
     "LLM",
+    "LLM_RETRY",
     "Agent",
     "AssistantMessage",
     "Chain",
@@ -61,12 +64,14 @@ __all__ = (
     "Supervisor",
     "Swarm",
     "SystemMessage",
+    "ThreadBroken",
     "ToolCall",
     "ToolMessage",
     "ToolSpec",
     "Turn",
     "UserMessage",
     "Worker",
+    "retriable_llm_error",
 )
 
 for _name in __all__:

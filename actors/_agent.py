@@ -13,23 +13,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tether.runtime import Actor, NoState, Runner, RunResult, Start
+from tether.runtime import Actor, NoState, RunResult, Start
 from tether.stores import ConfigurationError, Store
 
 from ._llm import LLM
 from ._loop import Final, TurnLoop
 from ._messages import Message, SystemMessage, UserMessage
-from ._steps import step_seconds
+from ._retry import LLM_RETRY
+from ._steps import step_retry, step_seconds
+from ._threads import Threaded, opening, user_text
 from ._tools import FunctionTool
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import timedelta
 
-    from pydantic import BaseModel
+    from pydantic import BaseModel, JsonValue
+    from tether.runtime import RetryPolicy
 
 
-class Agent(Runner):
+class Agent(Threaded):
     """An LLM with tools, in a loop, durable at every turn and every tool call.
 
     Args:
@@ -43,11 +46,17 @@ class Agent(Runner):
         output_type: A pydantic model the final answer must parse as (JSON);
             ``result.output`` is then an instance of it.
         max_turns: LLM calls allowed per run before it fails with `MaxTurnsExceeded`.
-        llm_timeout: Seconds (or a ``timedelta``) one LLM call may take, retries
-            included: the whole ``llm.complete(...)``. A call that overruns is cancelled
-            and the run fails with `StepTimeout` at ``agent:<name>/turn:<N>``. (An
+        llm_timeout: Seconds (or a ``timedelta``) one attempt of an LLM call may take,
+            the adapter's own retries included: the whole ``llm.complete(...)``. A call
+            that overruns is cancelled with `StepTimeout` at ``agent:<name>/turn:<N>``,
+            which ``llm_retry`` tries again; once it gives up, the run fails with it. (An
             adapter's own ``timeout``, such as `OpenAIChatLLM`'s, limits each network
             phase of each attempt instead.) Tools take their own ``timeout=`` (`FunctionTool`).
+        llm_retry: How a failed LLM call is tried again, after a durable backoff (the
+            failure and the next attempt's time are journaled; the run waits with no
+            lease held). The default, `LLM_RETRY`, makes three attempts on a rate
+            limit, a 5xx, a timeout or a dropped connection, and none on anything
+            else. ``None``: the first failure fails the run.
         lease_seconds: How long a crashed run's lease outlives its process.
         version: The version runs start on (``"2"``); a run continues on the version it
             started on when that is loaded (docs/versions.md). Default: none.
@@ -57,6 +66,8 @@ class Agent(Runner):
         agent = Agent(name="refund-bot", llm=llm, tools=[FunctionTool(approve_refund)], store=store)
         result = await agent.run("Process a $50k refund.", execution_id="job-1")
         result = await agent.resume("job-1", Resume(approved=True))
+        # A conversation: each run its own execution, continuing the thread's last completed one.
+        await agent.run("Which order was that?", execution_id="chat-7-2", thread="chat-7")
         ```
     """
 
@@ -71,6 +82,7 @@ class Agent(Runner):
         output_type: type[BaseModel] | None = None,
         max_turns: int = 20,
         llm_timeout: float | timedelta | None = None,
+        llm_retry: RetryPolicy | None = LLM_RETRY,
         lease_seconds: float = 30.0,
         version: str | None = None,
     ) -> None:
@@ -89,7 +101,10 @@ class Agent(Runner):
         self.max_turns = max_turns
         self.llm_timeout: float | None = step_seconds(llm_timeout, f"the LLM calls of agent {name!r}",
                                                       setting="llm_timeout")
-        """Seconds one LLM call may take (``None``: no limit)."""
+        """Seconds one attempt of an LLM call may take (``None``: no limit)."""
+        self.llm_retry: RetryPolicy | None = step_retry(llm_retry, f"the LLM calls of agent {name!r}",
+                                                        setting="llm_retry")
+        """How a failed LLM call is tried again (``None``: it is not)."""
         self.lease_seconds = lease_seconds
         self.version = self._versioned(version)
         self.tools: dict[str, FunctionTool] = {}
@@ -100,10 +115,8 @@ class Agent(Runner):
             self.tools[tool.name] = tool
         self._actor = type(f"Agent[{name}]", (_AgentActor,), {"kind": "agent", "agent": self})
 
-    def _input(self, input: Any) -> str:
-        if not isinstance(input, str):
-            raise ConfigurationError(f"An agent's input is the user's text, a str; got {type(input).__name__}.")
-        return input
+    def _input(self, input: Any) -> JsonValue:
+        return user_text(input, "An agent")
 
     def shape(self) -> dict[str, Any]:
         return {f"tool:{name}": None for name in self.tools}
@@ -130,6 +143,7 @@ class _AgentActor(Actor[NoState]):
     agent: Agent
 
     async def receive(self, message: Start) -> None:
-        outcome = await TurnLoop(self.context, self.agent).run(self.agent._opening(str(message.input)))
+        conversation = await opening(self.context, self.agent, self.agent, message.input)
+        outcome = await TurnLoop(self.context, self.agent).run(conversation)
         assert isinstance(outcome, Final)  # an agent alone has nobody to hand off to
         self.context.finish(outcome.output)

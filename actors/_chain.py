@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 from pydantic import BaseModel, JsonValue
-from tether.runtime import Actor, NodeStarted, Runner, Start, call_scope, emit, shielded
+from tether.runtime import Actor, NodeStarted, RetryPolicy, Runner, Start, call_scope, emit, shielded
 from tether.stores import ConfigurationError, JournalEntry, Store
 
 from ._control import settled
-from ._steps import step_seconds, within
+from ._steps import attempted, step_retry, step_seconds, within
 
 if TYPE_CHECKING:
     from datetime import timedelta
@@ -59,7 +59,7 @@ class Chain(Runner):
     Args:
         name: The chain's name; its path is ``chain:<name>``.
         nodes: Node functions to add in order, joined into a line (`add_node` adds one
-            with a ``timeout=`` or ``shielded=True``).
+            with a ``timeout=``, ``shielded=True`` or ``retry=``).
         store: Where its executions are journaled (``tether serve`` and the CLI
             give their own to the runners they load).
         state: A pydantic model for the state; nodes then receive it typed.
@@ -97,6 +97,7 @@ class Chain(Runner):
         self._async: dict[str, bool] = {}  # per node: called on the loop, or in a worker thread
         self._timeouts: dict[str, float] = {}  # the nodes that have a timeout, in seconds
         self._shielded: set[str] = set()
+        self._retries: dict[str, RetryPolicy] = {}  # the nodes that are retried, and how
         self._edges: list[_Edge] = []
         self._edge_keys: set[tuple[str, str, object, int | None]] = set()  # to refuse an identical edge
         previous = None
@@ -114,6 +115,7 @@ class Chain(Runner):
         *,
         timeout: float | timedelta | None = None,
         shielded: bool = False,
+        retry: RetryPolicy | None = None,
     ) -> str:
         """Add a node; its name defaults to the function's. Returns the name.
 
@@ -130,15 +132,24 @@ class Chain(Runner):
                 its deadline, or a process shutting down waits until the node has finished
                 and its update is journaled, then takes effect. For a node that must not stop
                 half-way (a transfer and its record). A shielded node cannot have a timeout.
+            retry: Run the node again when it fails with an error this `RetryPolicy`
+                retries, sync or async, after a durable backoff: each failure and the time
+                of the next attempt are journaled, and the run waits with no lease held,
+                so a crash during the wait neither resets nor repeats an attempt. Each
+                attempt gets the whole ``timeout``. A pause (``interrupt()``) is never
+                retried. Once the attempts are used up the node's last error fails the
+                execution, as without a policy. Default: no retries.
 
         Raises:
             ConfigurationError: The name is taken or not a valid name; ``timeout`` is not
-                positive, is given to a sync node, or is given with ``shielded=True``.
+                positive, is given to a sync node, or is given with ``shielded=True``;
+                ``retry`` is not a `RetryPolicy`.
 
         Example:
             ```python
             chain = Chain("refund", [validate], store=store)
-            chain.add_node(fetch_quote, timeout=30)     # async: cancelled after 30 s
+            chain.add_node(fetch_quote, timeout=30,     # async: cancelled after 30 s,
+                           retry=RetryPolicy(max_attempts=5, initial=2))  # then tried again, 4 times at most
             chain.add_node(charge, shielded=True)       # a cancel waits for it
             chain.add_edge("validate", "fetch_quote")
             chain.add_edge("fetch_quote", "charge")
@@ -152,14 +163,17 @@ class Chain(Runner):
             )
         node = self._named("node", node)  # type: ignore[arg-type]
         is_async = inspect.iscoroutinefunction(fn)
-        seconds = step_seconds(timeout, f"node {node!r} of chain {self.name!r}", is_async=is_async,
-                               shielded=shielded)
+        step = f"node {node!r} of chain {self.name!r}"
+        seconds = step_seconds(timeout, step, is_async=is_async, shielded=shielded)
+        policy = step_retry(retry, step)
         self._nodes[node] = fn
         self._async[node] = is_async
         if seconds is not None:
             self._timeouts[node] = seconds
         if shielded:
             self._shielded.add(node)
+        if policy is not None:
+            self._retries[node] = policy
         return node
 
     def add_edge(
@@ -382,13 +396,17 @@ class _ChainActor(Actor[BaseModel]):
         return model.model_validate(state) if model is not None else dict(state)
 
     async def _call(self, node: str, state: dict[str, Any], path: str) -> Any:
-        fn = self.chain._nodes[node]
-        view = self._view(state)
-        emit(NodeStarted, node=node)
-        if self.chain._async[node]:
-            update = await within(self.chain._timeouts.get(node), path, fn, view)
-        else:
-            update = await anyio.to_thread.run_sync(fn, view)
+        chain = self.chain
+        fn, timeout = chain._nodes[node], chain._timeouts.get(node)
+
+        async def attempt() -> Any:
+            view = self._view(state)  # each attempt its own copy: a failed one may have changed its own
+            emit(NodeStarted, node=node)
+            if chain._async[node]:
+                return await within(timeout, path, fn, view)
+            return await anyio.to_thread.run_sync(fn, view)
+
+        update = await attempted(chain._retries.get(node), path, attempt)
         if update is None:
             return {}
         if isinstance(update, BaseModel):

@@ -9,6 +9,7 @@ task sent) and ``reply:N`` (the worker's answer).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -23,7 +24,7 @@ from tether.stores import ConfigurationError
 
 from ._control import is_control, settled
 from ._messages import AssistantMessage, Message, ToolCall, ToolMessage, ToolSpec, UserMessage
-from ._steps import within
+from ._steps import attempted, within
 from ._tools import ToolArgumentsError, result_text
 
 if TYPE_CHECKING:
@@ -132,9 +133,10 @@ class TurnLoop:
 
     async def _ask(self, turn: int, conversation: list[Message]) -> dict[str, Any]:
         llm = self.agent.llm
-        # Only the call is timed: the journal write of its reply, after it, is not.
-        reply = await within(self.agent.llm_timeout, f"{self.context.path}/turn:{turn}", llm.complete,
-                             conversation, self.specs, setting="llm_timeout")
+        path = f"{self.context.path}/turn:{turn}"
+        # Only the call is timed, each attempt on its own: the journal write of its reply, after it, is not.
+        timed = functools.partial(within, self.agent.llm_timeout, path, setting="llm_timeout")
+        reply = await attempted(self.agent.llm_retry, path, timed, llm.complete, conversation, self.specs)
         if not isinstance(reply, AssistantMessage):
             raise ConfigurationError(
                 f"{type(llm).__name__}.complete() returned {type(reply).__name__}; an LLM returns an AssistantMessage."

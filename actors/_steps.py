@@ -12,6 +12,9 @@ hours into a run:
   process shutting down) stays that cancellation, on asyncio and trio alike.
 - ``shielded=True`` runs the step inside `tether.runtime.shielded`: a cancel
   waits for it to finish.
+- ``retry=`` (a `tether.runtime.RetryPolicy`) runs the step again after a failure
+  it retries, around the timeout: each attempt gets the whole timeout, and the
+  wait between attempts is durable (journaled, with no lease held).
 
 ``timeout=`` is refused for a synchronous function, which runs in a worker
 thread. A thread cannot be cancelled, only abandoned (anyio's
@@ -30,7 +33,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
-from tether.runtime import StepTimeout
+from tether.runtime import RetryPolicy, StepTimeout
 from tether.stores import ConfigurationError
 
 if TYPE_CHECKING:
@@ -76,3 +79,24 @@ async def within(seconds: float | None, path: str, fn: Callable[..., Awaitable[T
     # Past the block only when the scope swallowed its own deadline's cancellation: the step
     # returned otherwise, or raised (its error, a pause, or a cancellation from outside) through it.
     raise StepTimeout(path, seconds, setting=setting)
+
+
+def step_retry(retry: RetryPolicy | None, step: str, *, setting: str = "retry") -> RetryPolicy | None:
+    """``retry``, checked to be a `RetryPolicy` (or None) for the step ``step`` names.
+
+    Raises:
+        ConfigurationError: Anything else, such as a number of attempts.
+    """
+    if retry is None or isinstance(retry, RetryPolicy):
+        return retry
+    raise ConfigurationError(
+        f"{setting}={retry!r} for {step}: give a tether.runtime.RetryPolicy, e.g. "
+        f"{setting}=RetryPolicy(max_attempts=3), or None for no retries."
+    )
+
+
+async def attempted(retry: RetryPolicy | None, path: str | None, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``await fn(*args)``: once, or as the attempts of ``retry`` for the step at ``path``."""
+    if retry is None:
+        return await fn(*args)
+    return await retry.call(fn, *args, path=path)

@@ -26,10 +26,14 @@ from tether.stores import ConfigurationError, Store
 from ._agent import Agent
 from ._loop import Final, Handoff, TurnLoop
 from ._messages import Message, SystemMessage, UserMessage
+from ._retry import LLM_RETRY
+from ._threads import Threaded, exchange, opening, start_of, user_text
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from datetime import timedelta
+
+    from tether.runtime import RetryPolicy
 
     from ._llm import LLM
     from ._tools import FunctionTool
@@ -59,6 +63,8 @@ class Task(BaseModel):
 
     input: str
     blackboard: Blackboard | None = None
+    after: str | None = None
+    """In a swarm's thread run: the run it continues, whose exchange the member reads first."""
 
 
 class Outcome(BaseModel):
@@ -78,9 +84,12 @@ class _MemberActor(Actor[NoState, Task, Any]):
     messages: ClassVar[tuple[type[BaseModel], ...]] = (Task,)
     agent: Agent
     peers: tuple[str, ...] = ()
+    team: Runner | None = None  # a swarm's (whose thread runs its members continue)
 
     async def receive(self, message: Task) -> Outcome:
         conversation: list[Message] = [SystemMessage(content=self.agent.system_prompt)] if self.agent.system_prompt else []
+        if self.team is not None:
+            conversation += await exchange(self.team, message.after)
         conversation.append(UserMessage(content=message.input))
         board = message.blackboard
         if board is not None and board.notes:
@@ -92,12 +101,12 @@ class _MemberActor(Actor[NoState, Task, Any]):
         return Outcome(output=outcome.output)
 
 
-def _member(agent: Agent, kind: str, peers: Sequence[str] = ()) -> type[_MemberActor]:
+def _member(agent: Agent, kind: str, peers: Sequence[str] = (), team: Runner | None = None) -> type[_MemberActor]:
     return type(f"Member[{kind}:{agent.name}]", (_MemberActor,),
-                {"kind": kind, "agent": agent, "peers": tuple(peers)})
+                {"kind": kind, "agent": agent, "peers": tuple(peers), "team": team})
 
 
-class Swarm(Runner):
+class Swarm(Threaded):
     """Peer agents that hand a task to one another until one of them answers.
 
     Each agent gets a ``handoff_to_<peer>(message="")`` tool for each peer it may
@@ -154,7 +163,7 @@ class Swarm(Runner):
                         f"one of its agents ({', '.join(self.agents)})."
                     )
         self.members: dict[str, type[_MemberActor]] = {
-            n: _member(a, "agent", routes.get(n, ())) for n, a in self.agents.items()
+            n: _member(a, "agent", routes.get(n, ()), self) for n, a in self.agents.items()
         }
         self._actor = type(f"Swarm[{name}]", (_SwarmActor,), {"kind": "swarm", "swarm": self})
 
@@ -176,11 +185,13 @@ class _SwarmActor(Actor[NoState]):
 
     async def receive(self, message: Start) -> None:
         swarm = self.swarm
-        board = Blackboard(task=str(message.input))
+        start = start_of(message.input)  # in a thread run, the run it continues too
+        board = Blackboard(task=start.text)
         members = await _spawn_all(self, swarm.members)
         active = swarm.entrypoint
         for hop in range(swarm.max_handoffs + 1):
-            outcome = Outcome.model_validate(await members[active].ask(Task(input=board.task, blackboard=board)))
+            task = Task(input=board.task, blackboard=board, after=start.after)
+            outcome = Outcome.model_validate(await members[active].ask(task))
             if outcome.handoff_to is None:
                 self.context.finish(outcome.output)
                 return
@@ -213,7 +224,7 @@ class Worker:
     description: str = ""
 
 
-class Supervisor(Runner):
+class Supervisor(Threaded):
     """An agent whose tools are its workers: it delegates tasks and answers with what they found.
 
     The supervisor runs its own turn loop with one ``delegate_to_<role>(task)``
@@ -232,6 +243,8 @@ class Supervisor(Runner):
         max_turns: The supervisor's LLM calls allowed per run.
         llm_timeout: Seconds one of the supervisor's LLM calls may take (as `Agent`'s);
             each worker's agent has its own.
+        llm_retry: How the supervisor's failed LLM calls are tried again (as `Agent`'s,
+            default `LLM_RETRY`); each worker's agent has its own.
         max_delegations: Delegations allowed per run before it fails with `MaxDelegationsExceeded`.
         lease_seconds: How long a crashed run's lease outlives its process.
         version: The version runs start on (``"2"``); a run continues on the version it
@@ -249,6 +262,7 @@ class Supervisor(Runner):
         tools: Sequence[FunctionTool | Any] = (),
         max_turns: int = 20,
         llm_timeout: float | timedelta | None = None,
+        llm_retry: RetryPolicy | None = LLM_RETRY,
         max_delegations: int = 10,
         lease_seconds: float = 30.0,
         version: str | None = None,
@@ -259,7 +273,7 @@ class Supervisor(Runner):
         self.version = self._versioned(version)
         self.max_delegations = max_delegations
         self.agent: Agent = Agent(name, llm=llm, tools=tools, system_prompt=system_prompt, max_turns=max_turns,
-                                  llm_timeout=llm_timeout)
+                                  llm_timeout=llm_timeout, llm_retry=llm_retry)
         self.workers: dict[str, Worker] = {}
         for worker in workers:
             self._named("worker", worker.role)
@@ -296,7 +310,7 @@ class _SupervisorActor(Actor[NoState]):
         loop = TurnLoop(self.context, supervisor.agent, delegate=delegate,
                         workers={role: w.description for role, w in supervisor.workers.items()},
                         max_delegations=supervisor.max_delegations)
-        outcome = await loop.run(supervisor.agent._opening(str(message.input)))
+        outcome = await loop.run(await opening(self.context, supervisor, supervisor.agent, message.input))
         assert isinstance(outcome, Final)
         self.context.finish(outcome.output)
 
@@ -323,7 +337,5 @@ def _by_name(agents: Sequence[Agent], owner: str) -> dict[str, Agent]:
     return named
 
 
-def _text(input: Any, who: str) -> str:
-    if not isinstance(input, str):
-        raise ConfigurationError(f"{who}'s input is the user's text, a str; got {type(input).__name__}.")
-    return input
+def _text(input: Any, who: str) -> JsonValue:
+    return user_text(input, who)

@@ -13,11 +13,13 @@ from pydantic_core import to_jsonable_python
 from tether.stores import ConfigurationError
 
 from ._messages import ToolSpec
-from ._steps import step_seconds, within
+from ._steps import attempted, step_retry, step_seconds, within
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from datetime import timedelta
+
+    from tether.runtime import RetryPolicy
 
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -51,11 +53,16 @@ class FunctionTool:
             has finished and its result is journaled, then takes effect. For a tool that
             must not stop half-way (a payment and its receipt). A shielded tool cannot
             have a timeout.
+        retry: Call the tool again when it fails with an error this `RetryPolicy`
+            retries, sync or async, after a durable backoff (journaled: a crash during
+            the wait neither resets nor repeats an attempt). Each attempt gets the
+            whole ``timeout``. Once the attempts are used up, the LLM gets the last
+            error as the tool's result, as without a policy. Default: no retries.
 
     Raises:
         ConfigurationError: The name is not valid, the signature has parameters an
-            LLM cannot name, or ``timeout`` is not positive, is given to a sync
-            function, or is given with ``shielded=True``.
+            LLM cannot name, ``timeout`` is not positive, is given to a sync
+            function, or is given with ``shielded=True``, or ``retry`` is not a `RetryPolicy`.
 
     Example:
         ```python
@@ -68,6 +75,7 @@ class FunctionTool:
 
         FunctionTool(search_flights, timeout=20)   # async def: cancelled after 20 s
         FunctionTool(charge_card, shielded=True)   # a cancel waits for the charge to finish
+        FunctionTool(lookup_order, retry=RetryPolicy(retry_on=ConnectionError))  # 3 attempts
         ```
     """
 
@@ -79,6 +87,7 @@ class FunctionTool:
         *,
         timeout: float | timedelta | None = None,
         shielded: bool = False,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.fn = fn
         self.name: str = name or str(getattr(fn, "__name__", ""))
@@ -99,6 +108,8 @@ class FunctionTool:
         """Seconds one call may take (``None``: no limit)."""
         self.shielded: bool = shielded
         """Whether a cancel waits for a call to finish and be journaled."""
+        self.retry: RetryPolicy | None = step_retry(retry, f"tool {self.name!r}")
+        """How a failed call is tried again (``None``: it is not)."""
 
     def __repr__(self) -> str:
         return f"FunctionTool({self.name!r})"
@@ -114,14 +125,15 @@ class FunctionTool:
         return {field: getattr(model, field) for field in type(model).model_fields}
 
     async def call(self, arguments: dict[str, Any], *, path: str | None = None) -> Any:
-        """Run the function with validated arguments and return its result.
+        """Run the function with validated arguments and return its result, retried as ``retry`` says.
 
         Raises:
             StepTimeout: The call ran past ``timeout`` (named ``path``, default the tool's name).
         """
         if self._is_async:
-            return await within(self.timeout, path or f"tool:{self.name}", lambda: self.fn(**arguments))
-        return await anyio.to_thread.run_sync(lambda: self.fn(**arguments))
+            return await attempted(self.retry, path, within, self.timeout, path or f"tool:{self.name}",
+                                   lambda: self.fn(**arguments))
+        return await attempted(self.retry, path, anyio.to_thread.run_sync, lambda: self.fn(**arguments))
 
 
 def result_text(result: Any) -> str:

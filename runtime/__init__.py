@@ -112,6 +112,7 @@ from ._core.messages import wait_for as wait_for
 from ._core.patching import patched as patched
 from ._core.policies import RestartPolicy as RestartPolicy, SupervisionStrategy as SupervisionStrategy
 from ._core.ref import ActorRef as ActorRef
+from ._core.retry import RetryPolicy as RetryPolicy
 from ._core.shielding import shielded as shielded
 from ._core.timers import sleep as sleep, sleep_until as sleep_until
 from ._core.version import __version__ as __version__
@@ -177,6 +178,7 @@ __all__ = (
     "Reply",
     "RestartPolicy",
     "Resume",
+    "RetryPolicy",
     "RunResult",
     "Runner",
     "Runtime",

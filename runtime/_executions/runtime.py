@@ -260,6 +260,13 @@ class Runtime:
                 f"with the name it was started with (name={execution.root_path.partition(':')[2]!r}), or use "
                 f"another execution id."
             )
+        if thread is not None and execution.thread != thread:
+            # Runners that continue threads check this before they start; this is the check no race gets past.
+            where = "no thread" if execution.thread is None else f"thread {execution.thread!r}"
+            raise ConfigurationError(
+                f"Execution {execution_id!r} exists already, as a run of {where}: it cannot be a run of thread "
+                f"{thread!r}. Give each run of a thread an id of its own."
+            )
         if execution.status not in ("running", "decided", "queued"):
             return await service.result_of(execution)
         changed = execution.fingerprint != getattr(factory, "fingerprint", execution.fingerprint)

@@ -2,6 +2,8 @@
 
     tether pending                       # what waits for a decision, with full paths
     tether show refund-abc               # one execution: status, lease, journal timeline
+    tether threads                       # conversations: their runs, and the latest of each
+    tether show --thread chat-7          # the runs of one conversation, in order
     tether state refund-abc --path chain:refund      # an actor's state as of its last boundary
     tether resume refund-abc --set approved=true --set metadata.approver=alice --app flows:runners
     tether recover refund-abc --app flows:runners     # continue a run whose process died
@@ -60,8 +62,9 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 F = TypeVar("F", bound="Callable[..., Any]")
 DEFAULT_STORE = "sqlite:///tether.db"
-STATUSES = ["queued", "running", "paused", "decided", "completed", "failed", "cancelled"]
+STATUSES = ["queued", "running", "paused", "decided", "completed", "failed", "cancelled", "timed_out"]
 Part = str | tuple[str, str]  # text, or (text, style): never read as markup
+_PAGE = 500  # rows read per query when a command lists everything (the runs of a thread)
 
 
 def _width() -> int | None:
@@ -218,17 +221,97 @@ def executions(settings: Settings, status: str | None, limit: int, as_json: bool
 
 
 @cli.command()
-@click.argument("execution_id")
+@click.option("--limit", default=100, show_default=True, help="Threads listed at most.")
+@click.option("--after", metavar="NAME", help="Only threads whose name sorts after NAME (the next page).")
 @json_option
 @store_options
 @pass_settings
-def show(settings: Settings, execution_id: str, as_json: bool) -> None:
-    """One execution: status, lease, pending interrupts, and its journal as a timeline."""
+def threads(settings: Settings, limit: int, after: str | None, as_json: bool) -> None:
+    """Conversations (threads), by name: how many runs each has, and its latest run."""
+    rows = settings.run(lambda op: op.store.list_threads(limit=limit, after=after))
+    if as_json:
+        _print_json([{"thread": t.thread, "runs": t.runs, "latest": t.latest.model_dump(mode="json")} for t in rows])
+        return
+    out = _out()
+    if not rows:
+        out.print("No threads.")
+        return
+    title = _count(len(rows), "thread")
+    table = Table("thread", "runs", "latest run", "status", "updated", title=title)
+    for row in rows:
+        latest = row.latest
+        table.add_row(Text(row.thread), Text(str(row.runs)), Text(latest.execution_id),
+                      Text.assemble(*_status(latest)), Text(age(latest.updated_at) + " ago"))
+    if _fits(out, table):
+        out.print(table)
+        return
+    _say(out, (title, "bold"))
+    for row in rows:
+        _say(out, (row.thread, "bold"), f"  {_count(row.runs, 'run')}, latest {row.latest.execution_id}  ",
+             *_status(row.latest), f"  updated {age(row.latest.updated_at)} ago")
+
+
+@cli.command()
+@click.argument("execution_id", required=False)
+@click.option("--thread", metavar="NAME", help="Instead of one execution: the runs of this thread, in order.")
+@json_option
+@store_options
+@pass_settings
+def show(settings: Settings, execution_id: str | None, thread: str | None, as_json: bool) -> None:
+    """One execution: status, lease, pending interrupts, and its journal as a timeline.
+
+    With --thread NAME instead of an id: the runs of that conversation, first run first.
+    """
+    if (execution_id is None) == (thread is None):
+        raise click.UsageError("give an execution id, or --thread NAME, but not both.")
+    if thread is not None:
+        _show_thread(settings, thread, as_json)
+        return
+    assert execution_id is not None
     timeline = settings.run(lambda op: op.show(execution_id))
     if as_json:
         _print_json(timeline.as_json())
         return
     _print_timeline(settings, timeline)
+
+
+def _show_thread(settings: Settings, thread: str, as_json: bool) -> None:
+    """``tether show --thread NAME``: every run of the thread, in the order they started."""
+    async def runs(op: Operator) -> list[Execution]:
+        found: list[Execution] = []
+        while True:  # a page at a time: a thread may have many runs
+            page = await op.store.list_executions(thread=thread, limit=_PAGE, after=found[-1] if found else None)
+            found += page
+            if len(page) < _PAGE:
+                return found
+
+    rows = settings.run(runs)
+    if not rows:
+        raise click.ClickException(f"No runs of thread {thread!r} in this store. See the threads there with: "
+                                   f"{settings.hint('threads')}")
+    if as_json:
+        _print_json({"thread": thread, "runs": [row.model_dump(mode="json") for row in rows]})
+        return
+    out = _out()
+    title = f"thread {thread}: {_count(len(rows), 'run')} of {rows[-1].root_path}"
+    table = Table("#", "execution", "status", "started", "input", "output", title=title)
+    for number, row in enumerate(rows, 1):
+        output = _json(row.result) if row.status == "completed" else row.error or ""
+        table.add_row(Text(str(number)), Text(row.execution_id), Text.assemble(*_status(row)),
+                      Text(f"{row.created_at:%Y-%m-%d %H:%M:%S}"), Text(_json(row.input)), Text(output))
+    if _fits(out, table):
+        out.print(table)
+        return
+    _say(out, (title, "bold"))
+    for number, row in enumerate(rows, 1):
+        _say(out, f"{number:>3}  ", (row.execution_id, "bold"), "  ", *_status(row),
+             f"  started {row.created_at:%Y-%m-%d %H:%M:%S} UTC")
+        _say(out, f"input: {_json(row.input)}", indent=5)
+        if row.status == "completed":
+            _say(out, f"output: {_json(row.result)}", indent=5)
+        elif row.error:
+            _say(out, ("error: ", "red"), row.error, indent=5)
+
 
 
 @cli.command()
@@ -476,22 +559,36 @@ def retry(settings: Settings, execution_id: str, app: str | None, by: str | None
 @click.argument("execution_id")
 @click.option("--reason", default="", help="Why, journaled with the verdict.")
 @click.option("--by", help="Who cancels, journaled with the verdict (default: cli:<your user name>).")
-@click.option("--no-wait", is_flag=True, help="Record the cancel and return; a running execution stops by itself.")
+@click.option("--wait", "wait", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              metavar="SECONDS", help="How long to wait for a running execution's process to stop it.")
+@click.option("--no-wait", is_flag=True, help="Record the cancel and return (--wait 0).")
 @click.option("--force", is_flag=True, help="Take the lease over even if its process may be alive.")
 @json_option
 @store_options
 @pass_settings
-def cancel(settings: Settings, execution_id: str, reason: str, by: str | None, no_wait: bool, force: bool,
-           as_json: bool) -> None:
+def cancel(settings: Settings, execution_id: str, reason: str, by: str | None, wait: float, no_wait: bool,
+           force: bool, as_json: bool) -> None:
     """Cancel an execution for good, wherever it runs or waits (its pending interrupts go too).
 
     A paused, decided, queued or sleeping execution is cancelled at once. A running
     one is stopped by the process that runs it, which is told and cancels what it
-    is doing at its next await (Postgres: at once; SQLite: within a third of its
-    lease); this command waits for that, unless --no-wait.
+    is doing at its next await (Postgres: at once; SQLite: within a quarter
+    second); this command waits --wait seconds for that. A process that has not
+    stopped it by then is named (exit 1): it may be gone, and --force takes over.
     """
-    result = settings.run(lambda op: op.cancel(execution_id, reason=reason, by=by or _decider(), force=force,
-                                               wait=0 if no_wait else None))
+    wait = 0 if no_wait else wait
+
+    async def job(op: Operator) -> RunResult:
+        result = await op.cancel(execution_id, reason=reason, by=by or _decider(), force=force, wait=wait)
+        found = await op.store.get_execution(execution_id) if result.status == "running" and wait else None
+        if found is not None and found.lease_owner and found.lease_expires_at:
+            held = LeaseHeld(execution_id, found.lease_owner, found.lease_expires_at)
+            held.add_note("The cancel is recorded: that process stops the execution at its next await, or "
+                          "the next one to take it up does.")
+            raise held
+        return result
+
+    result = settings.run(job)
     if result.status in ("completed", "failed", "timed_out") and not as_json:
         # It ended before the cancel took: say so, not "completed" as if cancelling did that.
         _say(_err(), f"Not cancelled: {execution_id} had already {result.status.replace('_', ' ')}; a finished "
@@ -745,6 +842,12 @@ def _print_timeline(settings: Settings, timeline: Timeline) -> None:
     if execution.lease_owner:
         _say(out, f"lease: {execution.lease_owner}, epoch {execution.lease_epoch}, "
                   f"expires {execution.lease_expires_at:%H:%M:%S} UTC")
+    if execution.deadline is not None and not execution.finished:
+        _say(out, f"deadline: {execution.deadline:%Y-%m-%d %H:%M:%S} UTC (it ends timed_out then)")
+    if isinstance(execution.cancel, dict):
+        reason = f": {execution.cancel.get('reason')}" if execution.cancel.get("reason") else ""
+        _say(out, ("cancelling", "yellow"), f" (asked by {execution.cancel.get('by')}{reason}): the process that "
+                  f"runs it stops it at its next await")
     if execution.error:
         _say(out, ("error: ", "red"), execution.error)
     if execution.status == "completed":
@@ -829,7 +932,7 @@ def _count(n: int, noun: str) -> str:
 
 
 def _status(execution: Execution, decision: Decision | None = None) -> list[Part]:
-    colour = {"completed": "green", "paused": "yellow", "decided": "magenta", "failed": "red",
+    colour = {"completed": "green", "paused": "yellow", "decided": "magenta", "failed": "red", "timed_out": "red",
               "running": "cyan"}.get(execution.status, "")
     parts: list[Part] = [(execution.status, colour)]
     if decision is not None:
