@@ -27,7 +27,7 @@ from tether.stores._migrations import SQLITE_MIGRATIONS
 
 from . import _two_pauses
 from ._two_pauses import AUDITOR, SECURITY
-from .conftest import start_paused
+from .conftest import Tether, start_paused
 
 APP = "tests.operator._two_pauses:runners"
 FLOWS = "tests.operator._flows:runners"
@@ -35,26 +35,6 @@ REFUND = "chain:refund/node:approve"
 ROOT = Path(__file__).resolve().parents[2]
 TETHER = str(Path(sys.executable).parent / "tether")
 FAR_OWNER = "otherhost:123:abcd@0000000000000000.4026531836.1/x"  # another boot id: another machine
-Tether = Callable[..., tuple[int, str, str]]
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def tether(url: str, backend: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Tether:
-    """``tether(*args)``: main() on this store and backend, the options after the command."""
-    monkeypatch.setenv("COLUMNS", "400")  # string checks below need no wrapping
-    monkeypatch.delenv("TETHER_STORE", raising=False)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        code = main([*args, "--store", url, "--backend", backend])
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return run
 
 
 def shell(*args: str, store: str | None = None, columns: int = 200, timeout: float = 60) -> tuple[int, str, str]:

@@ -17,11 +17,6 @@ from .test_cli_operator import FAR_OWNER, journal, on_store, shell, start_far_aw
 from .test_http import paused, serving
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 def tether(url: str, backend: str, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """main() on this store and backend, as the operator types it."""
     code = main([*args, "--store", url, "--backend", backend])

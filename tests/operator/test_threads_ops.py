@@ -4,36 +4,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from typing import Any
 
 import anyio
 import pytest
 from tether.actors import Agent, Message, ScriptedLLM, ToolCall, UserMessage
 from tether.runtime import interrupt
-from tether.runtime.ops._cli import main
 from tether.stores import open_store
 
-Tether = Callable[..., tuple[int, str, str]]
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def tether(url: str, backend: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Tether:
-    """``tether(*args)``: main() on this store and backend, the options after the command."""
-    monkeypatch.setenv("COLUMNS", "400")  # string checks below need no wrapping
-    monkeypatch.delenv("TETHER_STORE", raising=False)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        code = main([*args, "--store", url, "--backend", backend])
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return run
+from .conftest import Tether
 
 
 def ask_manager(amount: int) -> str:
