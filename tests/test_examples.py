@@ -83,6 +83,16 @@ def test_ledger_actor_survives_sigkill(kind: str, backend: str, tmp_path: Path,
         admin_sql(dsn, f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_own_llm_adapter_runs_an_agent(backend: str) -> None:
+    done = subprocess.run([sys.executable, str(EXAMPLES / "own_llm.py"), "--backend", backend],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"completed on {backend}: Order status: order 7: $120, shipped on Monday" in done.stdout
+    assert "turn:1/tool:lookup_order" in done.stdout
+    assert "the client was asked 2 times" in done.stdout  # the second run of order-7 asked nobody
+
+
 class OperatorShell:
     """The commands an example's docstring shows, typed in one directory with the default store.
 
