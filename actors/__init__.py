@@ -14,6 +14,7 @@ result = await agent.run("Process a $50k refund.", execution_id="job-1")
 """
 
 from ._agent import Agent as Agent
+from ._anthropic import AnthropicLLM as AnthropicLLM
 from ._chain import Chain as Chain
 from ._llm import (
     LLM as LLM,
@@ -48,6 +49,7 @@ __all__ = (
     "LLM",
     "LLM_RETRY",
     "Agent",
+    "AnthropicLLM",
     "AssistantMessage",
     "Chain",
     "FunctionTool",
