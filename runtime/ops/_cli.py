@@ -187,6 +187,11 @@ def pending(settings: Settings, path_prefix: str | None, as_json: bool) -> None:
         _say(out, _json(row.context), indent=4)
 
 
+# The name fastaiagent's command had, for scripts and cron lines written for it.
+cli.add_command(click.Command("list-pending", callback=pending.callback, params=pending.params,
+                              help="The same as 'pending'.", short_help="The same as 'pending'."))
+
+
 @cli.command()
 @click.option("--status", type=click.Choice(STATUSES))
 @click.option("--limit", default=100, show_default=True)

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 def load_app(spec: str) -> list[Runner]:
     """Import the runners named by ``module:attr`` (one runner, a list of them, or a mapping).
 
+    An object whose ``runner`` attribute is a runner counts as that runner.
+
     The current directory is importable, as for ``python -m``.
 
     Raises:
@@ -54,6 +56,8 @@ def load_app(spec: str) -> list[Runner]:
             raise ConfigurationError(f"--app {spec!r}: {module_name!r} has no {attr!r}.") from None
     found = list(target.values()) if isinstance(target, Mapping) else \
         list(target) if isinstance(target, list | tuple) else [target]
+    # A wrapper around a runner (tether.actors.compat's classes) stands for the runner it wraps.
+    found = [item.runner if isinstance(getattr(item, "runner", None), Runner) else item for item in found]
     strays = [repr(item) for item in found if not isinstance(item, Runner)]
     if strays or not found:
         raise ConfigurationError(
