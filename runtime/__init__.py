@@ -116,6 +116,7 @@ from ._core.retry import RetryPolicy as RetryPolicy
 from ._core.shielding import shielded as shielded
 from ._core.timers import sleep as sleep, sleep_until as sleep_until
 from ._core.version import __version__ as __version__
+from ._executions.blocking import BlockingRuntime as BlockingRuntime, blocking as blocking
 from ._executions.control import cancel as cancel, send_message as send_message
 from ._executions.history import Boundary as Boundary, fork as fork, history as history
 from ._executions.migration import (
@@ -141,6 +142,7 @@ __all__ = (
     "ActorState",
     "ActorStopped",
     "AlreadyResumed",
+    "BlockingRuntime",
     "Boundary",
     "Checkpoint",
     "ConfigurationError",
@@ -200,6 +202,7 @@ __all__ = (
     "ToolCalled",
     "ToolResult",
     "UsageError",
+    "blocking",
     "call_scope",
     "cancel",
     "emit",
