@@ -81,11 +81,15 @@ class ExecutionPaused(_Event):
 
 
 class ExecutionCompleted(_Event):
+    """The verdict of a run that finished: ``output`` is what its root returned."""
+
     type: Literal["execution_completed"] = "execution_completed"
     output: Json = None
 
 
 class ExecutionFailed(_Event):
+    """The verdict of a run whose root raised: ``error`` says what it raised."""
+
     type: Literal["execution_failed"] = "execution_failed"
     error: str | None = None
 
@@ -131,6 +135,8 @@ class NodeStarted(_Event):
 
 
 class NodeFinished(_Event):
+    """A chain node's result was journaled: ``output`` is the update it returned."""
+
     type: Literal["node_finished"] = "node_finished"
     node: str = ""
     output: Json = None
@@ -228,7 +234,18 @@ Event = Annotated[
     | Checkpoint | Dropped,
     Field(discriminator="type"),
 ]
-"""Every event of an execution's stream; ``event.type`` tells which."""
+"""Every event of an execution's stream; ``event.type`` tells which.
+
+Besides its own fields, every event has these:
+
+- ``execution_id``: the execution it belongs to.
+- ``path``: the actor it happened in (``swarm:team/agent:writer``).
+- ``label``: its journal label (``turn:2``, ``node:charge``, ``msg:1``), or what a live event is of.
+- ``cursor``: its place in the journal; pass the last one seen as ``after=`` to continue.
+  None for a live event.
+- ``at``: when it was journaled (None for a live event).
+- ``live``: True for an event that is not journaled (a token, a start); a reconnect does not repeat it.
+"""
 
 EVENT_TYPES: tuple[str, ...] = tuple(model.model_fields["type"].default for model in get_args(get_args(Event)[0]))
 """Every event's ``type``."""

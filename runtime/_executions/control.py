@@ -90,7 +90,8 @@ async def send_message(store: Store, execution_id: str, message: BaseModel | dic
         ConfigurationError: ``message`` is not a JSON object, or the type an actor waits
             for is not defined in this process (send from one that loads the application).
         pydantic.ValidationError: It is not what the waiting actor waits for.
-        Nothing is sent in any of these cases.
+
+    Nothing is sent when it raises.
     """
     loaded = await store.load_execution(execution_id)
     if loaded is None:

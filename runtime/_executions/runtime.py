@@ -67,7 +67,9 @@ class Runtime:
         lease_seconds: How long a durable actor's lease lasts without renewal;
             another process can take the actor over that long after this one dies.
         snapshot_every: A durable actor snapshots its state every this many messages.
-        max_restarts, within: Restart intensity of the top-level actors.
+        max_restarts: Restart intensity of the top-level actors: crashing more
+            often than this within ``within`` seconds raises `SupervisionEscalated`.
+        within: The window, in seconds, that ``max_restarts`` counts restarts in.
         clock: What durable timers and approval deadlines read as now (an aware
             datetime); default: the real clock, or the testing kit's `Clock`.
         hooks: Clock, crash points and observers at once (see `Hooks`), for tests.
