@@ -7,21 +7,18 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
-import anyio
 from tether.runtime import TokenDelta, emit
 from tether.stores import ConfigurationError
 
+from ._http import HTTPLLM, RETRIED_STATUSES, IncompleteStream, LLMError, StreamedError
 from ._messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, ToolSpec, UserMessage
-from ._openai import RETRIED_STATUSES, IncompleteStream, LLMError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from types import TracebackType
 
     import httpx
     from pydantic import JsonValue
@@ -34,7 +31,7 @@ ERROR_STATUSES = {
 """The HTTP status each of the API's error types stands for (an ``error`` event in a stream has only the type)."""
 
 
-class AnthropicLLM:
+class AnthropicLLM(HTTPLLM):
     """An `LLM` that calls Anthropic's Messages API, ``POST {base_url}/v1/messages``.
 
     The conversation is put in the API's shape: the system messages become the
@@ -86,6 +83,8 @@ class AnthropicLLM:
         ```
     """
 
+    path = "/v1/messages"
+
     def __init__(
         self,
         model: str,
@@ -100,45 +99,22 @@ class AnthropicLLM:
         stream: bool = False,
         **params: JsonValue,
     ) -> None:
-        self.model = model
+        if max_tokens < 1:
+            raise ConfigurationError(f"max_tokens={max_tokens} must be 1 or more.")
         # The API root; a base URL given up to /v1 (as OpenAI-style ones are) means the same root.
-        self.base_url: str = base_url.rstrip("/").removesuffix("/v1")
-        self.api_key: str | None = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
-        if max_retries < 0 or timeout <= 0 or max_tokens < 1:
-            raise ConfigurationError(f"max_retries={max_retries}, timeout={timeout} and max_tokens={max_tokens} "
-                                     f"must be 0 or more, positive, and 1 or more.")
+        super().__init__(model, base_url=base_url.rstrip("/").removesuffix("/v1"),
+                         api_key=api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY"),
+                         timeout=timeout, max_retries=max_retries, backoff=backoff, stream=stream, params=params)
         self.max_tokens = max_tokens
         self.anthropic_version = anthropic_version
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.backoff = backoff
-        self.stream = stream
-        self.params = params
-        self._client: httpx.AsyncClient | None = None
 
-    def __repr__(self) -> str:
-        return f"AnthropicLLM({self.model!r}, base_url={self.base_url!r})"
-
-    async def __aenter__(self) -> Self:
-        self._client = self._new_client()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
-
-    def _new_client(self) -> httpx.AsyncClient:
-        import httpx  # here, not at import: with click and rich installed, httpx imports its CLI too
-
+    def _headers(self) -> dict[str, str]:
         headers = {"anthropic-version": self.anthropic_version, "content-type": "application/json"}
         if self.api_key:
             headers["x-api-key"] = self.api_key
-        return httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=self.timeout)
+        return headers
 
-    async def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> AssistantMessage:
+    def _body(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
         system, conversation = wire_messages(messages)
         body: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens}
         if system is not None:
@@ -150,60 +126,7 @@ class AnthropicLLM:
                  "input_schema": t.parameters}
                 for t in tools
             ]
-        body.update(self.params)
-        if self.stream:
-            body["stream"] = True
-        if self._client is not None:
-            return await self._ask(self._client, body)
-        async with self._new_client() as client:
-            return await self._ask(client, body)
-
-    async def _ask(self, client: httpx.AsyncClient, body: dict[str, Any]) -> AssistantMessage:
-        if self.stream:
-            return await self._post_streamed(client, body)
-        return self._reply(await self._post(client, body))
-
-    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> Any:
-        import httpx
-
-        for attempt in range(self.max_retries + 1):
-            last = attempt == self.max_retries
-            try:
-                response = await client.post("/v1/messages", json=body)
-            except httpx.TransportError as exc:
-                if last:
-                    raise LLMError(f"{self!r}: {type(exc).__name__} after {attempt + 1} attempts: {exc}") from exc
-                await anyio.sleep(self._delay(attempt, None))
-                continue
-            if response.status_code == 200:
-                return self._json(response)
-            self._refuse(response, attempt, last)
-            await anyio.sleep(self._delay(attempt, response.headers.get("retry-after")))
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _post_streamed(self, client: httpx.AsyncClient, body: dict[str, Any]) -> AssistantMessage:
-        """`_post` for ``stream=True``: the whole request is the unit of retry, the stream included."""
-        import httpx
-
-        for attempt in range(self.max_retries + 1):
-            last = attempt == self.max_retries
-            retry_after: str | None = None
-            try:
-                async with client.stream("POST", "/v1/messages", json=body) as response:
-                    if response.status_code == 200:
-                        return await self._read_stream(response)
-                    await response.aread()
-                    self._refuse(response, attempt, last)
-                    retry_after = response.headers.get("retry-after")
-            except (httpx.TransportError, IncompleteStream) as exc:
-                if last:
-                    raise LLMError(f"{self!r}: {type(exc).__name__} after {attempt + 1} attempts: {exc}") from exc
-            except StreamedError as exc:
-                if last:
-                    raise LLMError(f"{self!r} streamed an error after {attempt + 1} attempts: {exc}",
-                                   status=exc.status) from exc
-            await anyio.sleep(self._delay(attempt, retry_after))
-        raise AssertionError("unreachable")  # pragma: no cover
+        return body
 
     async def _read_stream(self, response: httpx.Response) -> AssistantMessage:
         """The reply in a 200 answer's server-sent events, each piece of text emitted as it comes."""
@@ -290,35 +213,13 @@ class AnthropicLLM:
             # else a thinking block, a server tool's, a citation: not part of the conversation's reply
         return AssistantMessage(content="".join(text) or None, tool_calls=calls)
 
-    def _json(self, response: httpx.Response) -> Any:
+    def _error_text(self, response: httpx.Response) -> str:
         try:
-            return response.json()
-        except ValueError as exc:
-            raise LLMError(f"{self!r} answered 200 with a body that is not JSON: {response.text[:500]}",
-                           status=200) from exc
-
-    def _refuse(self, response: httpx.Response, attempt: int, last: bool) -> None:
-        """Raise `LLMError` for an error answer, unless it is retried and retries remain."""
-        retried = response.status_code in RETRIED_STATUSES or response.status_code >= 500
-        if not retried or last:
-            try:
-                described = _described(response.json().get("error"))
-            except (ValueError, AttributeError):
-                described = None
-            request_id = response.headers.get("request-id")
-            raise LLMError(
-                f"{self!r} answered {response.status_code} (attempt {attempt + 1}): "
-                f"{described or response.text[:500]}" + (f" (request-id {request_id})" if request_id else ""),
-                status=response.status_code,
-            )
-
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after is not None:
-            try:
-                return min(max(float(retry_after), 0.0), 60.0)
-            except ValueError:
-                pass  # an HTTP date: fall back to our own schedule
-        return min(self.backoff * 2.0**attempt, 30.0) * random.uniform(0.5, 1.0)
+            described = _described(response.json().get("error"))
+        except (ValueError, AttributeError):
+            described = None
+        request_id = response.headers.get("request-id")
+        return (described or response.text[:500]) + (f" (request-id {request_id})" if request_id else "")
 
 
 def _described(error: Any) -> str | None:
@@ -326,14 +227,6 @@ def _described(error: Any) -> str | None:
     if not isinstance(error, dict) or not isinstance(error.get("message"), str):
         return None
     return f"{error['type']}: {error['message']}" if isinstance(error.get("type"), str) else error["message"]
-
-
-class StreamedError(Exception):
-    """An ``error`` event of an overloaded or failing server in a stream: retried as its status is."""
-
-    def __init__(self, message: str, *, status: int) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def wire_messages(messages: Sequence[Message]) -> tuple[str | None, list[dict[str, Any]]]:

@@ -7,36 +7,22 @@ from __future__ import annotations
 
 import json
 import os
-import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
-import anyio
 from tether.runtime import TokenDelta, emit
-from tether.stores import ConfigurationError, TetherError
 
+from ._http import HTTPLLM, IncompleteStream, LLMError
 from ._messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, ToolSpec, UserMessage
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from types import TracebackType
 
     import httpx
     from pydantic import JsonValue
 
-RETRIED_STATUSES = frozenset({408, 409, 429})
-"""Answers below 500 that say "try again": a timeout, a conflict, a rate limit (and every 5xx)."""
 
-
-class LLMError(TetherError):
-    """The endpoint refused the request, or kept failing after every retry."""
-
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class OpenAIChatLLM:
+class OpenAIChatLLM(HTTPLLM):
     """An `LLM` that calls ``POST {base_url}/chat/completions``.
 
     Retries 408, 409, 429 and every 5xx answer, and transport errors
@@ -76,6 +62,8 @@ class OpenAIChatLLM:
         ```
     """
 
+    path = "/chat/completions"
+
     def __init__(
         self,
         model: str,
@@ -88,95 +76,25 @@ class OpenAIChatLLM:
         stream: bool = False,
         **params: JsonValue,
     ) -> None:
-        self.model = model
-        self.base_url: str = base_url.rstrip("/")
-        self.api_key: str | None = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self.timeout = timeout
-        if max_retries < 0 or timeout <= 0:
-            raise ConfigurationError(f"max_retries={max_retries} and timeout={timeout} must be 0 or more, and positive.")
-        self.max_retries = max_retries
-        self.backoff = backoff
-        self.stream = stream
-        self.params = params
-        self._client: httpx.AsyncClient | None = None
+        super().__init__(model, base_url=base_url.rstrip("/"),
+                         api_key=api_key if api_key is not None else os.environ.get("OPENAI_API_KEY"),
+                         timeout=timeout, max_retries=max_retries, backoff=backoff, stream=stream, params=params)
 
-    def __repr__(self) -> str:
-        return f"OpenAIChatLLM({self.model!r}, base_url={self.base_url!r})"
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
-    async def __aenter__(self) -> Self:
-        self._client = self._new_client()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
-
-    def _new_client(self) -> httpx.AsyncClient:
-        import httpx  # here, not at import: with click and rich installed, httpx imports its CLI too
-
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=self.timeout)
-
-    async def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> AssistantMessage:
-        body: dict[str, Any] = {"model": self.model, "messages": [_wire(m) for m in messages], **self.params}
+    def _body(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": [_wire(m) for m in messages]}
         if tools:
             body["tools"] = [
                 {"type": "function",
                  "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
                 for t in tools
             ]
-        if self.stream:
-            body["stream"] = True
-        if self._client is not None:
-            return await self._ask(self._client, body)
-        async with self._new_client() as client:
-            return await self._ask(client, body)
+        return body
 
-    async def _ask(self, client: httpx.AsyncClient, body: dict[str, Any]) -> AssistantMessage:
-        if self.stream:
-            return await self._post_streamed(client, body)
-        return _reply(await self._post(client, body))
-
-    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> Any:
-        import httpx
-
-        for attempt in range(self.max_retries + 1):
-            last = attempt == self.max_retries
-            try:
-                response = await client.post("/chat/completions", json=body)
-            except httpx.TransportError as exc:
-                if last:
-                    raise LLMError(f"{self!r}: {type(exc).__name__} after {attempt + 1} attempts: {exc}") from exc
-                await anyio.sleep(self._delay(attempt, None))
-                continue
-            if response.status_code == 200:
-                return self._json(response)
-            self._refuse(response, attempt, last)
-            await anyio.sleep(self._delay(attempt, response.headers.get("retry-after")))
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _post_streamed(self, client: httpx.AsyncClient, body: dict[str, Any]) -> AssistantMessage:
-        """`_post` for ``stream=True``: the whole request is the unit of retry, the stream included."""
-        import httpx
-
-        for attempt in range(self.max_retries + 1):
-            last = attempt == self.max_retries
-            retry_after: str | None = None
-            try:
-                async with client.stream("POST", "/chat/completions", json=body) as response:
-                    if response.status_code == 200:
-                        return await self._read_stream(response)
-                    await response.aread()
-                    self._refuse(response, attempt, last)
-                    retry_after = response.headers.get("retry-after")
-            except (httpx.TransportError, IncompleteStream) as exc:
-                if last:
-                    raise LLMError(f"{self!r}: {type(exc).__name__} after {attempt + 1} attempts: {exc}") from exc
-            await anyio.sleep(self._delay(attempt, retry_after))
-        raise AssertionError("unreachable")  # pragma: no cover
+    def _reply(self, data: Any) -> AssistantMessage:
+        return _message(data)
 
     async def _read_stream(self, response: httpx.Response) -> AssistantMessage:
         """The reply in a 200 answer's server-sent events, each piece of text emitted as it comes."""
@@ -185,7 +103,7 @@ class OpenAIChatLLM:
         if not response.headers.get("content-type", "").lower().startswith("text/event-stream"):
             # A server that does not stream answers with the whole completion.
             await response.aread()
-            reply = _reply(self._json(response))
+            reply = self._reply(self._json(response))
             if reply.content:
                 emit(TokenDelta, text=reply.content)
             return reply
@@ -234,30 +152,6 @@ class OpenAIChatLLM:
                             status=200)
         return None
 
-    def _json(self, response: httpx.Response) -> Any:
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise LLMError(f"{self!r} answered 200 with a body that is not JSON: {response.text[:500]}",
-                           status=200) from exc
-
-    def _refuse(self, response: httpx.Response, attempt: int, last: bool) -> None:
-        """Raise `LLMError` for an error answer, unless it is retried and retries remain."""
-        retried = response.status_code in RETRIED_STATUSES or response.status_code >= 500
-        if not retried or last:
-            raise LLMError(
-                f"{self!r} answered {response.status_code} (attempt {attempt + 1}): {response.text[:500]}",
-                status=response.status_code,
-            )
-
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after is not None:
-            try:
-                return min(max(float(retry_after), 0.0), 60.0)
-            except ValueError:
-                pass  # an HTTP date: fall back to our own schedule
-        return min(self.backoff * 2.0**attempt, 30.0) * random.uniform(0.5, 1.0)
-
 
 def _wire(message: Message) -> dict[str, Any]:
     """One message in the chat-completions format."""
@@ -277,7 +171,7 @@ def _wire(message: Message) -> dict[str, Any]:
     return wire
 
 
-def _reply(data: Any) -> AssistantMessage:
+def _message(data: Any) -> AssistantMessage:
     """The assistant message in a chat-completions answer."""
     try:
         message = data["choices"][0]["message"]
@@ -298,10 +192,6 @@ def _call(name: str, raw: str | None, call_id: str | None) -> ToolCall:
     except json.JSONDecodeError:
         arguments = raw
     return ToolCall(name, arguments if isinstance(arguments, dict) else raw, id=call_id)
-
-
-class IncompleteStream(Exception):
-    """A streamed answer ended early: retried as a transport error is."""
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from tether.runtime import RetryPolicy, StepTimeout
 
-from ._openai import RETRIED_STATUSES, IncompleteStream, LLMError
+from ._http import RETRIED_STATUSES, IncompleteStream, LLMError
 
 
 def retriable_llm_error(error: BaseException) -> bool:
