@@ -16,6 +16,7 @@ result = await agent.run("Process a $50k refund.", execution_id="job-1")
 from ._agent import Agent as Agent
 from ._anthropic import AnthropicLLM as AnthropicLLM
 from ._chain import Chain as Chain
+from ._http import LLMError as LLMError
 from ._llm import (
     LLM as LLM,
     LLMRequest as LLMRequest,
@@ -24,6 +25,7 @@ from ._llm import (
     Turn as Turn,
 )
 from ._loop import MaxDelegationsExceeded as MaxDelegationsExceeded, MaxTurnsExceeded as MaxTurnsExceeded
+from ._mcp import MCPTools as MCPTools
 from ._messages import (
     AssistantMessage as AssistantMessage,
     Message as Message,
@@ -33,7 +35,7 @@ from ._messages import (
     ToolSpec as ToolSpec,
     UserMessage as UserMessage,
 )
-from ._openai import LLMError as LLMError, OpenAIChatLLM as OpenAIChatLLM
+from ._openai import OpenAIChatLLM as OpenAIChatLLM
 from ._retry import LLM_RETRY as LLM_RETRY, retriable_llm_error as retriable_llm_error
 from ._team import (
     Blackboard as Blackboard,
@@ -56,6 +58,7 @@ __all__ = (
     "Blackboard",
     "LLMError",
     "LLMRequest",
+    "MCPTools",
     "MaxDelegationsExceeded",
     "MaxHandoffsExceeded",
     "MaxTurnsExceeded",

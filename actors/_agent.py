@@ -18,6 +18,7 @@ from tether.stores import ConfigurationError, Store
 
 from ._llm import LLM
 from ._loop import Final, TurnLoop
+from ._mcp import MCPTools
 from ._messages import Message, SystemMessage, UserMessage
 from ._retry import LLM_RETRY
 from ._steps import step_retry, step_seconds
@@ -39,7 +40,8 @@ class Agent(Threaded):
         name: The agent's name; its path is ``agent:<name>``, a tool's is
             ``agent:<name>/tool:<tool>``.
         llm: What answers each turn (`ScriptedLLM`, `OpenAIChatLLM`, or any `LLM`).
-        tools: Functions the LLM may call (plain functions become `FunctionTool`).
+        tools: Functions the LLM may call (plain functions become `FunctionTool`), and
+            `MCPTools`: the tools of an MCP server, listed when a run's turns start.
         system_prompt: The instructions, sent first in every turn.
         store: Where its executions are journaled (not needed inside a team: the
             team's store serves it).
@@ -77,7 +79,7 @@ class Agent(Threaded):
         *,
         llm: LLM,
         store: Store | None = None,
-        tools: Sequence[FunctionTool | Any] = (),
+        tools: Sequence[FunctionTool | MCPTools | Any] = (),
         system_prompt: str = "",
         output_type: type[BaseModel] | None = None,
         max_turns: int = 20,
@@ -108,7 +110,12 @@ class Agent(Threaded):
         self.lease_seconds = lease_seconds
         self.version = self._versioned(version)
         self.tools: dict[str, FunctionTool] = {}
+        self.toolsets: list[MCPTools] = []
+        """MCP servers whose tools the LLM may call too, opened for each run."""
         for given in tools:
+            if isinstance(given, MCPTools):
+                self.toolsets.append(given)
+                continue
             tool = given if isinstance(given, FunctionTool) else FunctionTool(given)
             if tool.name in self.tools:
                 raise ConfigurationError(f"Agent {name!r} has two tools named {tool.name!r}; pass name= to one.")
@@ -119,11 +126,18 @@ class Agent(Threaded):
         return user_text(input, "An agent")
 
     def shape(self) -> dict[str, Any]:
-        return {f"tool:{name}": None for name in self.tools}
+        # An MCP server's tools are known here only when its MCPTools names them (include=).
+        names = [*self.tools, *(name for toolset in self.toolsets for name in toolset.names())]
+        return {f"tool:{name}": None for name in names}
 
     def definition(self) -> Any:
         model = self.output_type
-        return {"tools": sorted(self.tools), "output_type": f"{model.__module__}.{model.__qualname__}" if model else None}
+        described: dict[str, Any] = {
+            "tools": sorted(self.tools), "output_type": f"{model.__module__}.{model.__qualname__}" if model else None,
+        }
+        if self.toolsets:
+            described["mcp"] = [toolset.definition() for toolset in self.toolsets]
+        return described
 
     def _typed(self, result: RunResult) -> RunResult:
         if self.output_type is None or result.status != "completed":

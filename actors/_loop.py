@@ -23,6 +23,7 @@ from tether.runtime import StepTimeout, TetherError, ToolCalled, call_scope, emi
 from tether.stores import ConfigurationError
 
 from ._control import is_control, settled
+from ._mcp import serving
 from ._messages import AssistantMessage, Message, ToolCall, ToolMessage, ToolSpec, UserMessage
 from ._steps import attempted, within
 from ._tools import ToolArgumentsError, result_text
@@ -96,7 +97,8 @@ class TurnLoop:
         self.delegate = delegate
         self.max_delegations = max_delegations
         self.delegated = 0
-        self.specs = [tool.spec for tool in agent.tools.values()]
+        self.tools = dict(agent.tools)  # and, while a run's turns go on, the tools of its MCP servers
+        self.specs = [tool.spec for tool in self.tools.values()]
         self.specs += [
             ToolSpec(name=name, description=f"Hand the task over to {peer}, with a message saying what you "
                                             f"found and what is left to do.",
@@ -110,7 +112,20 @@ class TurnLoop:
         ]
 
     async def run(self, conversation: list[Message]) -> Final | Handoff:
-        """Take turns until the LLM answers, hands off, or uses up ``max_turns``."""
+        """Take turns until the LLM answers, hands off, or uses up ``max_turns``.
+
+        The agent's MCP servers (`MCPTools`) are open while the turns go on: opened
+        here, and closed when this handling ends, however it ends.
+        """
+        if not self.agent.toolsets:
+            return await self._turns(conversation)
+        async with serving(self.agent.toolsets, taken=[*self.tools, *self.handoffs, *self.workers]) as served:
+            own = len(self.tools)
+            self.tools.update((tool.name, tool) for tool in served)
+            self.specs[own:own] = [tool.spec for tool in served]
+            return await self._turns(conversation)
+
+    async def _turns(self, conversation: list[Message]) -> Final | Handoff:
         agent = self.agent
         for turn in range(1, agent.max_turns + 1):
             recorded = await self.context.step(f"turn:{turn}", self._ask, turn, list(conversation))
@@ -181,7 +196,7 @@ class TurnLoop:
             segment = f"tool:{call.name}" if repeated[call.name] == 1 else f"tool:{call.name}[{index}]"
             try:
                 with call_scope(segment) as name:
-                    tool = self.agent.tools.get(call.name)
+                    tool = self.tools.get(call.name)
                     if index in ordinals:
                         recorded = await self._delegation(ordinals[index], call)
                     else:
@@ -271,7 +286,7 @@ class TurnLoop:
         deeper down, is).
         """
         assert call.id is not None
-        tools = self.agent.tools
+        tools = self.tools
         tool = tools.get(call.name)
         emit(ToolCalled, tool=call.name, arguments=call.arguments)
         try:
