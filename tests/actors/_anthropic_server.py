@@ -1,40 +1,26 @@
 """A real HTTP server speaking Anthropic's Messages API (``POST /v1/messages``), scripted by the test.
 
-It runs in a thread of the test process (so under either anyio backend), on a
-free localhost port. Each request takes the next scripted answer; every request
-is kept for the test to inspect. Like the API, it checks each request first and
-answers a malformed one with the API's error (401 without ``x-api-key``, 400
-when the roles do not alternate, a ``tool_result`` answers no ``tool_use`` of
-the turn before, a tool has no ``input_schema``...), so an agent whose
-conversation is put in the wrong shape fails against it. A `streamed` answer is
-sent as the API's server-sent events (``event:`` and ``data:`` lines), in
-HTTP/1.1 chunks.
+The scripted server of `_scripted_server`. Like the API, it checks each request
+first and answers a malformed one with the API's error (401 without
+``x-api-key``, 400 when the roles do not alternate, a ``tool_result`` answers no
+``tool_use`` of the turn before, a tool has no ``input_schema``...), so an agent
+whose conversation is put in the wrong shape fails against it. A `streamed`
+answer is sent as the API's server-sent events (``event:`` and ``data:`` lines).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import threading
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from email.message import Message
+from typing import Any, ClassVar
+
+from . import _scripted_server
+
+Answer = _scripted_server.Answer
 
 Event = tuple[str, dict[str, Any]] | str
 """One server-sent event: ``(event name, data)``, or a comment line if a str."""
-
-
-@dataclass
-class Answer:
-    status: int = 200
-    body: Any = None
-    headers: dict[str, str] = field(default_factory=dict)
-    hold: threading.Event | None = None
-    """If set, the answer waits for it first (to make the client time out)."""
-    events: list[Event] | None = None
-    """If set, the answer is these server-sent events."""
-    drop_after: int | None = None
-    """With ``events``: the connection drops after this many, in the middle of the next one."""
 
 
 def message(*blocks: dict[str, Any], stop_reason: str | None = None) -> dict[str, Any]:
@@ -183,79 +169,20 @@ def refusal(headers: dict[str, str], body: Any) -> tuple[int, str, str] | None:
     return None
 
 
-class AnthropicServer:
-    def __init__(self) -> None:
-        self.answers: list[Answer] = []
-        self.requests: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
-        self.holds: list[threading.Event] = []
-        server = self
+class AnthropicServer(_scripted_server.ScriptedServer[Answer]):
+    # url_suffix stays "": AnthropicLLM's base_url is the root, it puts /v1/messages after it.
+    stream_headers: ClassVar[dict[str, str]] = {"content-type": "text/event-stream; charset=utf-8", "request-id": "req_stream"}
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("content-length", 0))
-                body = json.loads(self.rfile.read(length))
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                server.requests.append({"path": self.path, "body": body})
-                server.headers.append(headers)
-                refused = refusal(headers, body) if self.path == "/v1/messages" else (
-                    404, "not_found_error", f"Not found: {self.path}")
-                if refused is not None:
-                    answer = error(*refused)
-                else:
-                    answer = server.answers.pop(0) if server.answers else error(500, "api_error", "no answer left")
-                if answer.hold is not None:
-                    server.holds.append(answer.hold)
-                    answer.hold.wait(30)
-                if answer.events is not None:
-                    self._stream(answer)
-                    return
-                payload = answer.body if isinstance(answer.body, bytes) else json.dumps(answer.body).encode()
-                try:
-                    self.send_response(answer.status)
-                    for name, value in {"content-type": "application/json", **answer.headers}.items():
-                        self.send_header(name, value)
-                    self.send_header("content-length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except OSError:
-                    pass  # the client gave up (a timeout test)
+    def no_answer_left(self) -> Answer:
+        return error(500, "api_error", "no answer left")
 
-            def _stream(self, answer: Answer) -> None:
-                assert answer.events is not None
-                self.protocol_version = "HTTP/1.1"  # chunked; "connection: close" ends it after this answer
-                self.send_response(answer.status)
-                for name, value in {"content-type": "text/event-stream; charset=utf-8",
-                                    "transfer-encoding": "chunked", "connection": "close",
-                                    "request-id": "req_stream", **answer.headers}.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                for sent, event in enumerate(sse(e) for e in answer.events):
-                    if sent == answer.drop_after:
-                        # Half an event, and no last chunk: the client sees the body cut short.
-                        self.wfile.write(b"%x\r\n%s" % (len(event), event[: len(event) // 2]))
-                        self.wfile.flush()
-                        return
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
-                    self.wfile.flush()
-                self.wfile.write(b"0\r\n\r\n")
+    def frame(self, event: Event) -> bytes:
+        return sse(event)
 
-            def log_message(self, format: str, *args: Any) -> None:
-                return None
+    def kept_headers(self, headers: Message) -> dict[str, str]:
+        return {k.lower(): v for k, v in headers.items()}  # as `refusal` looks them up
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        # serve_forever notices shutdown() between polls: a short poll keeps teardown quick.
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), daemon=True)
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for hold in self.holds:
-            hold.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(10)
+    def answer(self, path: str, headers: dict[str, str], body: Any) -> Answer:
+        refused = refusal(headers, body) if path == "/v1/messages" else (
+            404, "not_found_error", f"Not found: {path}")
+        return error(*refused) if refused is not None else super().answer(path, headers, body)

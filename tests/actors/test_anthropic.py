@@ -29,6 +29,7 @@ from tether.runtime import Resume, interrupt
 from tether.stores import ConfigurationError, Store
 
 from ._anthropic_server import Answer, AnthropicServer, error, streamed, text, tool_use
+from ._scripted_server import follow, journaled_turn
 
 
 @pytest.fixture
@@ -241,21 +242,6 @@ async def test_an_answer_that_is_not_a_message_is_an_llm_error(server: Anthropic
 
 
 # -- stream=True ----------------------------------------------------------------------
-
-
-async def follow(agent: Agent, task: str, execution_id: str) -> tuple[list[str], Any]:
-    """Run ``task`` while following it: the tokens seen, and the run's result."""
-    async with agent.stream(task, execution_id=execution_id) as events:
-        tokens = [e.text async for e in events if e.type == "token"]
-    return tokens, events.result
-
-
-async def journaled_turn(store: Store, execution_id: str, label: str = "turn:1") -> dict[str, Any]:
-    [entry] = [e for e in await store.read_journal(execution_id) if e.label == label]
-    assert isinstance(entry.payload, dict)
-    result = entry.payload["result"]
-    assert isinstance(result, dict)
-    return result
 
 
 async def test_a_streamed_reply_is_the_reply_and_its_tokens(server: AnthropicServer, db_store: Store) -> None:

@@ -15,6 +15,7 @@ from tether.runtime import Resume, interrupt
 from tether.stores import Store
 
 from ._chat_server import Answer, ChatServer, calls, streamed, text
+from ._scripted_server import follow, journaled_turn
 
 
 @pytest.fixture
@@ -138,21 +139,6 @@ async def test_every_5xx_is_retried_and_a_non_json_answer_is_an_llm_error(server
 def lookup(order: int) -> dict[str, Any]:
     """Look an order up."""
     return {"order": order, "total": 120}
-
-
-async def follow(agent: Agent, task: str, execution_id: str) -> tuple[list[str], Any]:
-    """Run ``task`` while following it: the tokens seen, and the run's result."""
-    async with agent.stream(task, execution_id=execution_id) as events:
-        tokens = [e.text async for e in events if e.type == "token"]
-    return tokens, events.result
-
-
-async def journaled_turn(store: Store, execution_id: str, label: str = "turn:1") -> dict[str, Any]:
-    [entry] = [e for e in await store.read_journal(execution_id) if e.label == label]
-    assert isinstance(entry.payload, dict)
-    result = entry.payload["result"]
-    assert isinstance(result, dict)
-    return result
 
 
 async def test_a_streamed_reply_is_the_reply_and_its_tokens(server: ChatServer, store: Store) -> None:
