@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tether.runtime import TokenDelta, emit
+from tether.runtime.telemetry import llm_usage
 from tether.stores import ConfigurationError
 
 from ._http import HTTPLLM, RETRIED_STATUSES, IncompleteStream, LLMError, StreamedError
@@ -84,6 +85,7 @@ class AnthropicLLM(HTTPLLM):
     """
 
     path = "/v1/messages"
+    provider = "anthropic"
 
     def __init__(
         self,
@@ -211,6 +213,7 @@ class AnthropicLLM(HTTPLLM):
                                       arguments if isinstance(arguments, dict) else json.dumps(arguments),
                                       id=block.get("id")))
             # else a thinking block, a server tool's, a citation: not part of the conversation's reply
+        _usage(data, data.get("stop_reason"))
         return AssistantMessage(content="".join(text) or None, tool_calls=calls)
 
     def _error_text(self, response: httpx.Response) -> str:
@@ -299,6 +302,15 @@ class _Block:
     partial_json: list[str] = field(default_factory=list)
 
 
+def _usage(data: dict[str, Any], stop_reason: object) -> None:
+    """What an answer (or a streamed event) says about itself, for telemetry."""
+    usage = data.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    llm_usage(input_tokens=usage.get("input_tokens"), output_tokens=usage.get("output_tokens"),
+              finish_reasons=[str(stop_reason)] if stop_reason else None, response_model=data.get("model"),
+              response_id=data.get("id"))
+
+
 @dataclass
 class _Blocks:
     """A streamed reply, put together from its events' content blocks."""
@@ -326,11 +338,18 @@ class _Blocks:
                     delta["partial_json"])
             # else thinking, a signature, a citation: not part of the conversation's reply
         elif kind == "message_delta":
-            if (event.get("delta") or {}).get("stop_reason"):
+            stop = (event.get("delta") or {}).get("stop_reason")
+            if stop:
                 self.finished = True
+            _usage(event, stop)
+        elif kind == "message_start":
+            started = event.get("message") or {}
+            usage = started.get("usage") or {}  # its output count is a placeholder: message_delta has the real one
+            llm_usage(input_tokens=usage.get("input_tokens"), response_model=started.get("model"),
+                      response_id=started.get("id"))
         elif kind == "message_stop":
             self.done = True
-        # else message_start, content_block_stop, ping, or an event type newer than this code
+        # else content_block_stop, ping, or an event type newer than this code
 
     def _text(self, block: _Block, piece: str) -> None:
         if not isinstance(piece, str):

@@ -8,6 +8,7 @@ reading the status of a refusal is the same for every provider.
 
 from __future__ import annotations
 
+import logging
 import random
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Self
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
     from pydantic import JsonValue
 
     from ._messages import AssistantMessage, Message, ToolSpec
+
+
+log = logging.getLogger("tether.actors")
 
 RETRIED_STATUSES = frozenset({408, 409, 429})
 """Answers below 500 that say "try again": a timeout, a conflict, a rate limit (and every 5xx)."""
@@ -60,6 +64,8 @@ class HTTPLLM(ABC):
 
     path: ClassVar[str]
     """Where the requests go, below ``base_url``."""
+    provider: ClassVar[str]
+    """Who serves the model, as telemetry names it (``gen_ai.provider.name``)."""
 
     def __init__(self, model: str, *, base_url: str, api_key: str | None, timeout: float, max_retries: int,
                  backoff: float, stream: bool, params: dict[str, JsonValue]) -> None:
@@ -138,11 +144,13 @@ class HTTPLLM(ABC):
             except httpx.TransportError as exc:
                 if last:
                     raise LLMError(f"{self!r}: {type(exc).__name__} after {attempt + 1} attempts: {exc}") from exc
+                log.warning("%r: %s on attempt %d; retrying", self, type(exc).__name__, attempt + 1)
                 await anyio.sleep(self._delay(attempt, None))
                 continue
             if response.status_code == 200:
                 return self._json(response)
             self._refuse(response, attempt, last)
+            log.warning("%r: HTTP %d on attempt %d; retrying", self, response.status_code, attempt + 1)
             await anyio.sleep(self._delay(attempt, response.headers.get("retry-after")))
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -76,6 +76,10 @@ class ScriptedLLM:
         ```
     """
 
+    provider = "tether"
+    model = "scripted"
+    """What telemetry names it (``gen_ai.provider.name``, ``gen_ai.request.model``)."""
+
     def __init__(self, script: Sequence[Turn] | Callable[[list[Message]], Turn], *, chunk: int = 4) -> None:
         if chunk < 1:
             raise ConfigurationError(f"chunk={chunk}: stream replies in pieces of at least one character.")

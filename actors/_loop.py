@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from pydantic import BaseModel, ValidationError
 from tether.runtime import StepTimeout, TetherError, ToolCalled, call_scope, emit, shielded
+from tether.runtime.telemetry import llm_call, llm_reply
 from tether.stores import ConfigurationError
 
 from ._control import is_control, settled
@@ -146,12 +147,22 @@ class TurnLoop:
             f"final answer. Raise max_turns, or tell the LLM (in the system prompt) when to stop calling tools."
         )
 
+    async def _complete(self, conversation: list[Message]) -> AssistantMessage:
+        """One call to the LLM: one attempt of a turn, with its telemetry span."""
+        llm = self.agent.llm
+        provider = getattr(llm, "provider", None) or type(llm).__name__
+        with llm_call(provider=provider, model=str(getattr(llm, "model", type(llm).__name__)),
+                      messages=conversation):
+            reply = await llm.complete(conversation, self.specs)
+            llm_reply(reply)
+        return reply
+
     async def _ask(self, turn: int, conversation: list[Message]) -> dict[str, Any]:
         llm = self.agent.llm
         path = f"{self.context.path}/turn:{turn}"
         # Only the call is timed, each attempt on its own: the journal write of its reply, after it, is not.
         timed = functools.partial(within, self.agent.llm_timeout, path, setting="llm_timeout")
-        reply = await attempted(self.agent.llm_retry, path, timed, llm.complete, conversation, self.specs)
+        reply = await attempted(self.agent.llm_retry, path, timed, self._complete, conversation)
         if not isinstance(reply, AssistantMessage):
             raise ConfigurationError(
                 f"{type(llm).__name__}.complete() returned {type(reply).__name__}; an LLM returns an AssistantMessage."

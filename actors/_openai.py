@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tether.runtime import TokenDelta, emit
+from tether.runtime.telemetry import llm_usage
 
 from ._http import HTTPLLM, IncompleteStream, LLMError
 from ._messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, ToolSpec, UserMessage
@@ -63,6 +64,7 @@ class OpenAIChatLLM(HTTPLLM):
     """
 
     path = "/chat/completions"
+    provider = "openai"
 
     def __init__(
         self,
@@ -177,11 +179,20 @@ def _message(data: Any) -> AssistantMessage:
         message = data["choices"][0]["message"]
     except (KeyError, IndexError, TypeError) as exc:
         raise LLMError(f"The answer has no choices[0].message: {json.dumps(data)[:500]}") from exc
+    _usage(data, [str(c.get("finish_reason")) for c in data["choices"] if isinstance(c, dict) and c.get("finish_reason")])
     calls = []
     for call in message.get("tool_calls") or []:
         function = call.get("function", {})
         calls.append(_call(function.get("name", ""), function.get("arguments"), call.get("id")))
     return AssistantMessage(content=message.get("content"), tool_calls=calls)
+
+
+def _usage(data: dict[str, Any], finish_reasons: list[str] | None) -> None:
+    """What an answer (or a streamed chunk) says about itself, for telemetry."""
+    usage = data.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    llm_usage(input_tokens=usage.get("prompt_tokens"), output_tokens=usage.get("completion_tokens"),
+              finish_reasons=finish_reasons or None, response_model=data.get("model"), response_id=data.get("id"))
 
 
 def _call(name: str, raw: str | None, call_id: str | None) -> ToolCall:
@@ -214,6 +225,10 @@ class _Parts:
 
     def add(self, chunk: Any) -> None:
         choices = chunk.get("choices") if isinstance(chunk, dict) else None
+        if isinstance(chunk, dict) and (chunk.get("usage") or any(
+                isinstance(c, dict) and c.get("finish_reason") for c in choices or [])):
+            _usage(chunk, [str(c["finish_reason"]) for c in choices or [] if isinstance(c, dict)
+                           and c.get("finish_reason")])
         for choice in choices or []:  # a usage chunk has none
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue

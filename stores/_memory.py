@@ -149,6 +149,7 @@ class MemoryStore(Store):
             lease_owner=owner, lease_expires_at=_ts(now + lease_seconds) if leased else None,
             lease_epoch=1 if leased else 0, wake_at=None if leased else _ts(now),
             created_at=_ts(now), updated_at=_ts(now), deadline=new.deadline, thread=new.thread,
+            trace=new.trace,
         )
         self._runs[new.execution_id] = _Run(execution, input_json)
         if owner is None:

@@ -106,6 +106,11 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         ("CREATE INDEX tether_executions_by_thread ON tether_executions (thread, created_at, id) "
          "WHERE thread IS NOT NULL"),
     ],
+    [
+        # Version 9: the trace context (W3C traceparent) an execution's telemetry continues
+        # in every process that handles it; NULL when it started with telemetry off.
+        "ALTER TABLE tether_executions ADD COLUMN trace TEXT",
+    ],
 ]
 
 POSTGRES_MIGRATIONS: list[list[str]] = [
@@ -222,5 +227,9 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
         "ALTER TABLE tether_executions ADD COLUMN thread text",
         ("CREATE INDEX tether_executions_by_thread ON tether_executions (thread, created_at, id) "
          "WHERE thread IS NOT NULL"),
+    ],
+    [
+        # Version 9: as for SQLite, the execution's trace context.
+        "ALTER TABLE tether_executions ADD COLUMN trace text",
     ],
 ]

@@ -81,6 +81,8 @@ class NewExecution(_Row):
     """When the execution times out, wherever it stands then (None: never)."""
     thread: Text | None = Field(default=None, min_length=1, max_length=512)
     """The conversation it is a run of (``agent.run(text, thread="chat-7")``), if any."""
+    trace: Text | None = Field(default=None, max_length=128)
+    """Its trace context (a W3C ``traceparent``) when telemetry is on: every process that handles it continues it."""
 
 
 class Execution(_Row):
@@ -109,6 +111,8 @@ class Execution(_Row):
     """A cancel asked for and not yet carried out: ``{"by": ..., "reason": ..., "at": ...}``."""
     thread: str | None = None
     """The conversation it is a run of, if any."""
+    trace: str | None = None
+    """The trace context (W3C ``traceparent``) of its telemetry, or None when it started with telemetry off."""
 
     @property
     def finished(self) -> bool:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 from ._errors import ConfigurationError
 from ._watch import Check, Committed, JournalWatch, Watchers
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """The schema version this release writes; `setup()` migrates older databases to it."""
 
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 from tether.stores import ConfigurationError, SerializationError, UsageError
 
+from . import telemetry
 from .events import step_label
 from .idempotent import current_step
 from .policies import RestartPolicy, SupervisionStrategy
@@ -133,10 +134,11 @@ class ActorContext:
             return step.recorded[key]
         running = step_label.set(label)  # live events of this step are of it (see `emit`)
         try:
-            if _is_async(fn):
-                result = await fn(*args)
-            else:
-                result = await anyio.to_thread.run_sync(fn, *args)
+            with telemetry.step(step.journal, self.path, label, args):
+                if _is_async(fn):
+                    result = await fn(*args)
+                else:
+                    result = await anyio.to_thread.run_sync(fn, *args)
         finally:
             step_label.reset(running)
         try:

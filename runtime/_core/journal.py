@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ from tether.stores import (
     StoreError,
 )
 
-from . import delta as _delta
+from . import delta as _delta, telemetry
 from .interrupt import Answer, content_digest
 from .owners import is_dead
 
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
     from tether.stores import JournalEntry
 
     from .hooks import Hooks
+
+
+log = logging.getLogger("tether.runtime")
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,9 @@ async def take_lease(
             raise
         previous = held.owner
     lease = await store.acquire_lease(execution_id, owner=owner, lease_seconds=lease_seconds, replacing=previous)
+    telemetry.took_over(dead=dead, forced=force)
+    log.warning("took over execution %s from %s (%s)", execution_id, previous, "forced" if force else "dead",
+                extra={"execution_id": execution_id, "agent_path": path})
     why: dict[str, Any] = {"from": previous, "by": owner, "dead": dead, "forced": force}
     if force:
         why["operator"] = operator_name()

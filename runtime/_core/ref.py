@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Generic, cast
 import anyio
 from typing_extensions import TypeVar
 
+from . import telemetry
 from .idempotent import current_step
 
 if TYPE_CHECKING:
@@ -66,6 +67,8 @@ class Envelope:
     replayed: bool = False
     """It may have been handled before (loaded from the journal, or handled again after a
     failure): only then can records of its side effects exist."""
+    sender: object | None = field(default_factory=telemetry.capture)
+    """The trace context it was sent in, while telemetry is on: its handling's span is a child of it."""
 
 
 class ActorRef(Generic[MsgT_contra, ReplyT_co]):

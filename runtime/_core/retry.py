@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 import anyio
 from tether.stores import ConfigurationError, StoreError, TetherError, UsageError
 
+from . import telemetry
 from .errors import StepTimeout
 from .idempotent import current_step
 from .interrupt import Parked, current_call, current_segment
@@ -260,6 +261,7 @@ class RetryPolicy:
         next_due = failed_at + timedelta(seconds=wait)
         await journal.record_step(step.inbox_seq, "retry", key,
                                   {**record, "gave_up": False, "delay": wait, "due": next_due.isoformat()})
+        telemetry.retried(path, attempt)
         await _park_until(next_due, _timer(path, attempt), here=True)
         # Due already (the write took longer than the wait): the next attempt still runs in a
         # fresh handling of the message, where @idempotent calls find the records made so far.
@@ -274,6 +276,7 @@ class RetryPolicy:
             except Exception as exc:
                 if not self._again(exc, attempt, path, journaled=False):
                     raise
+            telemetry.retried(path, attempt)
             await anyio.sleep(self._jittered(attempt))
             attempt += 1
 

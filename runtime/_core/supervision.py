@@ -21,7 +21,7 @@ import anyio.abc
 from pydantic import TypeAdapter
 from tether.stores import ConfigurationError, SerializationError, StaleLease, Store, UsageError
 
-from . import delta as _delta
+from . import delta as _delta, telemetry
 from .actor import Actor, ActorContext, ActorFactory, segment
 from .errors import ActorCrashed, ActorStopped, SupervisionEscalated
 from .execution import ExecutionState, Start
@@ -207,6 +207,13 @@ class Slot:
             await self._handle(instance, envelope)
 
     async def _handle(self, instance: Actor[Any], envelope: Envelope) -> None:
+        if telemetry.active is None:
+            await self._handled(instance, envelope)
+            return
+        with telemetry.message(self.journal, self.path, envelope.message, envelope.sender, envelope.inbox_seq):
+            await self._handled(instance, envelope)
+
+    async def _handled(self, instance: Actor[Any], envelope: Envelope) -> None:
         before = instance.state.model_dump(mode="json") if self.journal else None
         step = call = None
         if self.journal is not None:
@@ -281,9 +288,10 @@ class Slot:
         self.finish = (False, None)
         for signal in signals:
             if isinstance(signal, Interrupted):  # the innermost actor records the pending row
-                await self.journal.record_suspension(envelope.inbox_seq, before, signal.path,
-                                                     signal.reason, signal.context, signal.expect,
-                                                     signal.timeout, signal.default)
+                with telemetry.interrupt(self.journal, signal.path, signal.reason):
+                    await self.journal.record_suspension(envelope.inbox_seq, before, signal.path,
+                                                         signal.reason, signal.context, signal.expect,
+                                                         signal.timeout, signal.default)
             elif isinstance(signal, Parked) and self.execution is not None:
                 self.execution.wake_at(signal.due, here=signal.here)  # a durable sleep: no row, a time to wake
             elif isinstance(signal, Awaiting) and self.execution is not None:
@@ -291,6 +299,7 @@ class Slot:
                 if signal.due is not None:
                     self.execution.wake_at(signal.due)
         self.parked = envelope
+        telemetry.paused()
         suspended = Suspended(self.path)
         waiting = envelope.reply is not None or bool(self.waiters.get(envelope.inbox_seq or 0))
         if envelope.reply is not None:

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 from tether.stores import UsageError
 
+from . import telemetry
 from .idempotent import current_step
 from .interrupt import Parked, current_call
 
@@ -51,7 +52,8 @@ async def _park_until(when: datetime | timedelta, argument: str, *, here: bool =
         due = datetime.fromisoformat(step.recorded[key])
     else:
         due = step.journal.hooks.now() + when if isinstance(when, timedelta) else when
-        await step.journal.record_step(step.inbox_seq, "sleep", key, due.isoformat())
+        with telemetry.sleeping(step.journal, due):
+            await step.journal.record_step(step.inbox_seq, "sleep", key, due.isoformat())
     if step.journal.hooks.now() < due:
         raise Parked(due, here=here)
 

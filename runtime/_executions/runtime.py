@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import warnings
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
+from tether.runtime._core import telemetry
 from tether.runtime._core.actor import check_name, segment
-from tether.runtime._core.events import verdict
+from tether.runtime._core.events import verdict, verdict_of
 from tether.runtime._core.execution import STOPPED, ExecutionState, RunResult, Start
 from tether.runtime._core.hooks import Hooks, installed, wrapping
 from tether.runtime._core.journal import LeaseHolder
@@ -48,9 +50,13 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from pydantic import BaseModel, JsonValue
+    from tether.runtime._core._otel import Opened
     from tether.runtime._core.actor import ActorFactory
     from tether.runtime._core.ref import ActorRef, MsgT, ReplyT
     from tether.stores import Execution, JournalEntry
+
+
+log = logging.getLogger("tether.runtime")
 
 
 class Runtime:
@@ -101,6 +107,8 @@ class Runtime:
         wrap = wrapping.get()
         if store is not None and wrap is not None:
             store = wrap(store)  # a test's in-process crash: see tether.runtime.testing
+        if store is not None and telemetry.resolve() is not None:
+            store = telemetry.measured(store)
         self.store = store
         # Each runtime is its own lease owner, so two runtimes in one process exclude each other.
         owner = f"{process_owner()}/{tag()}"
@@ -244,17 +252,22 @@ class Runtime:
         name = check_name(kind, name if name is not None else kind)
         root_path = segment(kind, name)
         owner = service.drive_owner(execution_id)
+        runner, version = getattr(factory, "__qualname__", kind), getattr(factory, "version", "")
+        # Its span is started first, so that the execution row holds its trace context from the start.
+        opened = telemetry.opened("run", execution_id=execution_id, runner=runner, root_path=root_path,
+                                  version=version, parent=None)
         started = await service.store.start_execution(
-            NewExecution(execution_id=execution_id, runner=getattr(factory, "__qualname__", kind),
+            NewExecution(execution_id=execution_id, runner=runner,
                          root_path=root_path, fingerprint=getattr(factory, "fingerprint", ""),
-                         version=getattr(factory, "version", ""), input=input,
-                         deadline=deadline_after(timeout, self.hooks), thread=thread),
+                         version=version, input=input, deadline=deadline_after(timeout, self.hooks), thread=thread,
+                         trace=None if opened is None else opened.traceparent),
             owner=owner, lease_seconds=self._settings.lease_seconds,
         )
         if started.created:
             assert started.lease is not None
             self.hooks.faults.reached("after_start")
-            return await self._drive(factory, name, started.lease, Start(input=input), fresh=True)
+            return await self._drive(factory, name, started.lease, Start(input=input), fresh=True, span=opened)
+        # The execution was there already: the span opened for a new one is dropped unended (never exported).
         execution = started.execution
         if execution.root_path != root_path:
             raise ConfigurationError(
@@ -277,7 +290,8 @@ class Runtime:
         if lease is None:
             return await service.result(execution_id)
         fresh = None if lease.epoch == execution.lease_epoch + 1 else await self._checked_again(factory, lease)
-        return await self._drive(factory, name, lease, Start(input=execution.input), journal=fresh)
+        return await self._drive(factory, name, lease, Start(input=execution.input), journal=fresh,
+                                 span=_segment("recover", execution))
 
     async def resume(
         self,
@@ -353,7 +367,8 @@ class Runtime:
         if lease is None:
             return await service.result(execution_id)
         fresh = journal if lease.epoch == execution.lease_epoch + 1 else await self._checked_again(factory, lease)
-        return await self._drive(factory, name, lease, Start(input=execution.input), journal=fresh)
+        return await self._drive(factory, name, lease, Start(input=execution.input), journal=fresh,
+                                 span=_segment(_why(journal), execution, journal))
 
     async def _checked_again(self, factory: ActorFactory, lease: Lease) -> list[JournalEntry]:
         """The run as it is under ``lease``, checked again: another process held it since it was checked.
@@ -418,13 +433,31 @@ class Runtime:
 
     async def _drive(self, factory: ActorFactory, name: str, lease: Lease, start: Start, *,
                      fresh: bool = False, journal: list[JournalEntry] | None = None,
-                     wait_here: bool = True) -> RunResult:
+                     wait_here: bool = True, span: Opened | None = None) -> RunResult:
         """`_drive_once`, again after each short wait (a retry's backoff) the run parked for.
 
         The lease is given back for the wait, with the time to wake in the store: if
         this process dies meanwhile, a worker (or the next run) continues at that time.
-        ``wait_here=False`` (what workers ask) returns the pause instead.
+        ``wait_here=False`` (what workers ask) returns the pause instead. ``span``:
+        this handling's, while telemetry is on.
         """
+        if span is None:
+            result = await self._drive_parts(factory, name, lease, start, fresh=fresh, journal=journal,
+                                             wait_here=wait_here)
+        else:
+            with span.running():
+                result = await self._drive_parts(factory, name, lease, start, fresh=fresh, journal=journal,
+                                                 wait_here=wait_here)
+                span.ended(result.status)
+            telemetry.verdict(result.status, getattr(factory, "__qualname__", ""))
+        if log.isEnabledFor(logging.DEBUG):
+            root_path = segment(getattr(factory, "kind", "actor"), name)
+            log.debug("execution %s (%s) is %s here", result.execution_id, root_path, result.status,
+                      extra={"execution_id": result.execution_id, "agent_path": root_path, "status": result.status})
+        return result
+
+    async def _drive_parts(self, factory: ActorFactory, name: str, lease: Lease, start: Start, *,
+                           fresh: bool, journal: list[JournalEntry] | None, wait_here: bool) -> RunResult:
         execution_id = lease.execution_id
         while True:
             result, due = await self._drive_once(factory, name, lease, start, fresh=fresh, journal=journal)
@@ -633,7 +666,8 @@ class Runtime:
             journal = await store.read_journal(lease.execution_id)
         check_runner(execution, factory, journal)
         return await self._drive(factory, execution.root_path.partition(":")[2], lease,
-                                 Start(input=execution.input), journal=journal, wait_here=False)
+                                 Start(input=execution.input), journal=journal, wait_here=False,
+                                 span=_segment(_why(journal), execution, journal))
 
     async def enqueue(
         self,
@@ -658,6 +692,28 @@ class Runtime:
                          version=getattr(factory, "version", ""), input=input, deadline=deadline_after(timeout, self.hooks),
                          thread=thread),
         )
+
+
+def _why(journal: Sequence[JournalEntry]) -> str:
+    """What a handling of an execution with this journal does, for its span's name."""
+    if not journal:
+        return "start"  # a detached start, or a run whose process died before its first boundary
+    last = journal[-1]
+    if last.kind == "resumed":
+        return "resume"  # a decision waits to be carried out
+    return "wake" if verdict_of(last) == "paused" else "recover"  # a due timer, or a crashed run
+
+
+def _segment(why: str, execution: Execution, journal: Sequence[JournalEntry] = ()) -> Opened | None:
+    """The span of one more handling of ``execution`` (``resume``, ``recover``, ``start``), in its trace."""
+    if telemetry.active is None:
+        return None
+    if why == "resume":
+        decision = next((entry for entry in reversed(journal) if entry.kind == "resumed"), None)
+        if decision is not None:
+            telemetry.resumed((datetime.now(UTC) - decision.created_at).total_seconds())
+    return telemetry.opened(why, execution_id=execution.execution_id, runner=execution.runner,
+                            root_path=execution.root_path, version=execution.version, parent=execution.trace)
 
 
 async def _asked(check: Callable[[], Awaitable[bool]] | None) -> bool:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic import BaseModel
+from tether.runtime._core import telemetry
 from tether.runtime._core.events import verdict
 from tether.runtime._core.execution import RunResult
 from tether.runtime._core.hooks import Hooks, installed
@@ -290,8 +291,18 @@ class Executions:
                          error=execution.error)
 
     async def enqueue(self, new: NewExecution) -> RunResult:
-        """Record an execution for a worker to start (``queued``); an id already known is left as it is."""
-        started = await self.store.enqueue_execution(new)
+        """Record an execution for a worker to start (``queued``); an id already known is left as it is.
+
+        While telemetry is on, the execution's trace starts here, in the caller's
+        trace: the worker that starts it continues it.
+        """
+        opened = telemetry.opened("enqueue", execution_id=new.execution_id, runner=new.runner,
+                                  root_path=new.root_path, version=new.version, parent=None)
+        if opened is None:
+            return await self.result_of((await self.store.enqueue_execution(new)).execution)
+        with opened.running():
+            started = await self.store.enqueue_execution(new.model_copy(update={"trace": opened.traceparent}))
+            opened.ended(started.execution.status)
         return await self.result_of(started.execution)
 
 

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Self
 
 import anyio
 import anyio.abc
+from tether.runtime._core import telemetry
 from tether.runtime._core.hooks import installed
 from tether.runtime._core.owners import process_owner, tag
 from tether.stores import (
@@ -40,7 +42,6 @@ from .runtime import Runtime
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-    from datetime import datetime
     from types import TracebackType
 
     from tether.runtime._core.execution import RunResult
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 
     from .runner import Runner
 
-log = logging.getLogger("tether.worker")
+log = logging.getLogger("tether.runtime.worker")
 
 
 class ExecutionWorker:
@@ -111,6 +112,7 @@ class ExecutionWorker:
         self.completed: int = 0
         """Runs this worker took to an end or a pause."""
         self._running: set[str] = set()
+        self._counted_at = -float("inf")
         self._wake = anyio.Event()
         self._stopping = False
         self._listener: Listener | None = None
@@ -166,6 +168,8 @@ class ExecutionWorker:
         """Decide due deadlines, then lease as many ready executions as there is room for."""
         try:
             await self._fire_deadlines()
+            if telemetry.active is not None:
+                await self._count_pending()
             free = self.concurrency - len(self._running)
             if free <= 0:
                 return 0
@@ -181,6 +185,17 @@ class ExecutionWorker:
             tg.start_soon(self._run, lease)
         return len(leases)
 
+    async def _count_pending(self) -> None:
+        """What the pending-interrupt gauges report: counted at most once a poll interval."""
+        now = anyio.current_time()
+        if now < self._counted_at + self.poll_interval:
+            return
+        self._counted_at = now
+        count = await self.store.count_pending()
+        oldest = await self.store.list_pending(limit=1) if count else []
+        age = (datetime.now(UTC) - oldest[0].created_at).total_seconds() if oldest else 0.0
+        telemetry.saw_pending(repr(self.store), count, age)
+
     async def _fire_deadlines(self) -> None:
         await decide_overdue(self.store, now=self._runtime.hooks.now if self._runtime else self.clock)
 
@@ -194,7 +209,9 @@ class ExecutionWorker:
             runner.store = self.store
             result = await runner.drive(lease, execution=execution, runtime=self._runtime)
             self.completed += 1
-            log.info("worker %s ran %s: %s", self.name, lease.execution_id, result.status)
+            log.info("worker %s ran %s: %s", self.name, lease.execution_id, result.status,
+                     extra={"execution_id": lease.execution_id, "agent_path": runner.root_path,
+                            "status": result.status})
             if self.on_result is not None:
                 self.on_result(result)
         except ConfigurationError as exc:

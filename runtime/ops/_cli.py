@@ -752,7 +752,7 @@ def worker(settings: Settings, app: str, concurrency: int, lease_seconds: float,
             store, runners, concurrency=concurrency, lease_seconds=lease_seconds, poll_interval=poll_interval,
             notify=not no_notify,
         ) as running:
-            logging.getLogger("tether.worker").info(
+            logging.getLogger("tether.runtime.worker").info(
                 "worker %s on %s for %s", running.name, settings.store, ", ".join(r.root_path for r in runners))
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_stop_on_signal, running)
@@ -765,7 +765,7 @@ def worker(settings: Settings, app: str, concurrency: int, lease_seconds: float,
 async def _stop_on_signal(running: Any) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for _ in signals:
-            logging.getLogger("tether.worker").info("stopping: no new work, finishing what runs")
+            logging.getLogger("tether.runtime.worker").info("stopping: no new work, finishing what runs")
             running.stop()
             return
 

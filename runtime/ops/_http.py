@@ -83,7 +83,7 @@ if TYPE_CHECKING:
     from tether.runtime._executions.runner import Runner
     from tether.stores import Store
 
-log = logging.getLogger("tether.http")
+log = logging.getLogger("tether.runtime.ops.http")
 SID_COOKIE = "tether_sid"
 """A random id per browser; its form tokens and its login are signed for it."""
 LOGIN_COOKIE = "tether_login"

@@ -14,7 +14,7 @@ from ._http import create_app
 if TYPE_CHECKING:
     from tether.runtime._executions.runner import Runner
 
-log = logging.getLogger("tether.http")
+log = logging.getLogger("tether.runtime.ops.http")
 
 
 def serve_forever(store_url: str, runners: list[Runner], *, host: str, port: int, token: str | None,

@@ -9,6 +9,7 @@ committed); the caller waits for its answer, which takes one round trip.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import uuid
 from contextlib import contextmanager
@@ -66,9 +67,12 @@ if TYPE_CHECKING:
     from .._bridge import Op
     from .._watch import Check
 
+
+log = logging.getLogger("tether.stores")
+
 _EXEC_COLS = (
     "id, runner, root_path, fingerprint, status, input, result, error, "
-    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at, version, deadline, cancel, thread"
+    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at, version, deadline, cancel, thread, trace"
 )
 _PENDING_COLS = "execution_id, path, reason, context, seq, created_at, deadline, default_value"
 _FINAL_SQL = "('completed', 'failed', 'cancelled', 'timed_out')"
@@ -107,6 +111,7 @@ def _execution(row: asyncpg.Record) -> Execution:
         deadline=row["deadline"],
         cancel=None if row["cancel"] is None else _json.loads(row["cancel"]),
         thread=row["thread"],
+        trace=row["trace"],
     )
 
 
@@ -254,6 +259,8 @@ class PostgresStore(DriverStore):
             raise damage from exc
         except (OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
                 asyncpg.InternalClientError, asyncpg.CannotConnectNowError) as exc:
+            log.warning("Postgres at %s is unavailable: %s: %s", redact(self.dsn), type(exc).__name__, exc,
+                        extra={"store": redact(self.dsn)})
             raise StoreUnavailable(
                 f"Postgres at {redact(self.dsn)} is unavailable ({type(exc).__name__}: {exc}). "
                 f"Check that the server is running and the DSN is right."
@@ -516,10 +523,10 @@ class PostgresStore(DriverStore):
         rows = await self._fetch(
             f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
             "VALUES ($1, $2, $3, $4, 'running', $5::json, NULL, NULL, $6, "
-            "now() + make_interval(secs => $7), 1, now(), now(), NULL, $8, $9, NULL, $10, 1) "
+            "now() + make_interval(secs => $7), 1, now(), now(), NULL, $8, $9, NULL, $10, $11, 1) "
             f"ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
             new.execution_id, new.runner, new.root_path, new.fingerprint, input_json,
-            owner, float(lease_seconds), new.version, new.deadline, new.thread, write=True,
+            owner, float(lease_seconds), new.version, new.deadline, new.thread, new.trace, write=True,
         )
         if rows:
             execution = _execution(rows[0])
@@ -536,9 +543,9 @@ class PostgresStore(DriverStore):
         rows = await self._fetch(
             f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
             "VALUES ($1, $2, $3, $4, 'queued', $5::json, NULL, NULL, NULL, NULL, 0, now(), now(), now(), $6, $7, "
-            f"NULL, $8, 1) ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
+            f"NULL, $8, $9, 1) ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
             new.execution_id, new.runner, new.root_path, new.fingerprint, input_json, new.version, new.deadline,
-            new.thread, write=True,
+            new.thread, new.trace, write=True,
         )
         if rows:
             return StartResult(execution=_execution(rows[0]), created=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import sqlite3
 import stat
@@ -15,6 +16,8 @@ from .._errors import StoreCorrupted, StoreError, StoreNotFound, StoreUnavailabl
 
 if TYPE_CHECKING:
     from .store import SQLiteStore
+
+log = logging.getLogger("tether.stores")
 
 
 def _read_only(path: str) -> bool:
@@ -167,6 +170,7 @@ class map_errors:
             hint = "check that the directory exists and is writable"
         else:
             hint = "check the file and its directory"
+        log.warning("SQLite store %s failed: %s (%s)", path, text, hint, extra={"store": str(path)})
         raise StoreUnavailable(f"SQLite store {path!r} failed: {text} ({hint}).") from exc
 
     def _found(self, damage: StoreCorrupted) -> None:

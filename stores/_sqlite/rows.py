@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 EXEC_COLS = (
     "id, runner, root_path, fingerprint, status, input, result, error, "
-    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at, version, deadline, cancel, thread"
+    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at, version, deadline, cancel, thread, trace"
 )
 PENDING_COLS = "execution_id, path, reason, context, seq, created_at, deadline, default_value"
 FINAL_SQL = "('completed', 'failed', 'cancelled', 'timed_out')"
@@ -73,6 +73,7 @@ def execution_from(row: Sequence[Any]) -> Execution:
         deadline=from_us_or_none(row[15]),
         cancel=None if row[16] is None else _json.loads(row[16]),
         thread=row[17],
+        trace=row[18],
     )
 
 

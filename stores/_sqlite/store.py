@@ -364,10 +364,10 @@ class SQLiteStore(DriverStore):
         def fn(db: sqlite3.Connection, now: int) -> StartResult:
             row = db.execute(
                 f"INSERT INTO tether_executions ({EXEC_COLS}) "
-                "VALUES (?, ?, ?, ?, 'running', ?, NULL, NULL, ?, ?, 1, ?, ?, NULL, ?, ?, NULL, ?) "
+                "VALUES (?, ?, ?, ?, 'running', ?, NULL, NULL, ?, ?, 1, ?, ?, NULL, ?, ?, NULL, ?, ?) "
                 f"ON CONFLICT (id) DO NOTHING RETURNING {EXEC_COLS}",
                 (new.execution_id, new.runner, new.root_path, new.fingerprint, input_json,
-                 owner, now + span_us(lease_seconds), now, now, new.version, deadline, new.thread),
+                 owner, now + span_us(lease_seconds), now, now, new.version, deadline, new.thread, new.trace),
             ).fetchone()
             if row is not None:
                 execution = execution_from(row)
@@ -388,10 +388,10 @@ class SQLiteStore(DriverStore):
         def fn(db: sqlite3.Connection, now: int) -> StartResult:
             row = db.execute(
                 f"INSERT INTO tether_executions ({EXEC_COLS}) "
-                "VALUES (?, ?, ?, ?, 'queued', ?, NULL, NULL, NULL, NULL, 0, ?, ?, ?, ?, ?, NULL, ?) "
+                "VALUES (?, ?, ?, ?, 'queued', ?, NULL, NULL, NULL, NULL, 0, ?, ?, ?, ?, ?, NULL, ?, ?) "
                 f"ON CONFLICT (id) DO NOTHING RETURNING {EXEC_COLS}",
                 (new.execution_id, new.runner, new.root_path, new.fingerprint, input_json, now, now, now,
-                 new.version, deadline, new.thread),
+                 new.version, deadline, new.thread, new.trace),
             ).fetchone()
             if row is not None:
                 return StartResult(execution=execution_from(row), created=True)
