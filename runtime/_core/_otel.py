@@ -383,6 +383,7 @@ class _Measured:
                 instruments.boundaries.add(len(kwargs["entries"]), {"db.system.name": system})
             return result
 
+        setattr(self, name, call)  # made once per operation: later calls find it without __getattr__
         return call
 
 

@@ -134,11 +134,11 @@ class ActorContext:
             return step.recorded[key]
         running = step_label.set(label)  # live events of this step are of it (see `emit`)
         try:
-            with telemetry.step(step.journal, self.path, label, args):
-                if _is_async(fn):
-                    result = await fn(*args)
-                else:
-                    result = await anyio.to_thread.run_sync(fn, *args)
+            if telemetry.active is None:  # the hot path pays one check, not a context manager
+                result = await fn(*args) if _is_async(fn) else await anyio.to_thread.run_sync(fn, *args)
+            else:
+                with telemetry.step(step.journal, self.path, label, args):
+                    result = await fn(*args) if _is_async(fn) else await anyio.to_thread.run_sync(fn, *args)
         finally:
             step_label.reset(running)
         try:
