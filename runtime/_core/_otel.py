@@ -35,9 +35,9 @@ try:
     from opentelemetry import context as otel_context, metrics, trace
     from opentelemetry.trace import Link, SpanKind, Status, StatusCode
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-except ImportError as exc:  # pragma: no cover - the extra is part of the test install
+except ImportError as exc:
     raise ConfigurationError(
-        "Telemetry needs OpenTelemetry: pip install 'tether[otel]'."
+        "Telemetry needs OpenTelemetry, which is not installed here: pip install 'tether[otel]'."
     ) from exc
 
 from pydantic_core import to_json

@@ -16,9 +16,12 @@ turns on.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING, Any
+
+from tether.stores import ConfigurationError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -33,6 +36,9 @@ active: Instruments | None = None
 
 _chosen = False
 """`enable` or `disable` was called: the environment is not looked at again."""
+_missing = False
+"""OpenTelemetry turned out not to be installed: said once, not looked for again."""
+log = logging.getLogger("tether.runtime")
 
 _NOTHING: contextlib.nullcontext[None] = contextlib.nullcontext()
 _OFF = frozenset({"0", "off", "false", "no", "none"})
@@ -97,8 +103,15 @@ def resolve(environ: Mapping[str, str] = os.environ) -> Instruments | None:
         return None
     if "opentelemetry.trace" not in sys.modules and not any(environ.get(name) for name in _EXPORTER_VARIABLES):
         return None
-    from ._otel import configured
-
+    global _missing
+    if _missing:
+        return None
+    try:
+        from ._otel import configured
+    except ConfigurationError as exc:  # OTEL_* set for the process, the extra not installed here
+        _missing = True
+        log.warning("telemetry stays off: %s", exc)
+        return None
     active = configured(active, environ)
     return active
 
