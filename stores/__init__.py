@@ -30,6 +30,7 @@ from ._errors import (
 )
 from ._memory import MemoryStore as MemoryStore
 from ._models import (
+    MAX_PRIORITY as MAX_PRIORITY,
     EntryKind as EntryKind,
     Execution as Execution,
     ExecutionStatus as ExecutionStatus,
@@ -41,6 +42,8 @@ from ._models import (
     NewExecution as NewExecution,
     NewInterrupt as NewInterrupt,
     PendingInterrupt as PendingInterrupt,
+    QueueLimits as QueueLimits,
+    QueueStats as QueueStats,
     StartResult as StartResult,
     ThreadSummary as ThreadSummary,
 )
@@ -51,6 +54,7 @@ from ._url import open_store as open_store
 from ._watch import JournalWatch as JournalWatch
 
 __all__ = (
+    "MAX_PRIORITY",
     "SCHEMA_VERSION",
     "AlreadyResumed",
     "ConfigurationError",
@@ -75,6 +79,8 @@ __all__ = (
     "NotFailed",
     "PendingInterrupt",
     "PostgresStore",
+    "QueueLimits",
+    "QueueStats",
     "SQLiteStore",
     "SchemaVersionError",
     "SerializationError",

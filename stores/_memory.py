@@ -35,10 +35,13 @@ from ._models import (
     NewExecution,
     NewInterrupt,
     PendingInterrupt,
+    QueueLimits,
+    QueueStats,
     StartResult,
     ThreadSummary,
 )
 from ._protocol import Store, check_limit
+from ._queues import Candidate, Counts, admit, room, stats
 from ._watch import committed
 
 if TYPE_CHECKING:
@@ -79,6 +82,9 @@ class MemoryStore(Store):
 
     def __init__(self) -> None:
         self._runs: dict[str, _Run] = {}
+        self._queues: dict[str, QueueLimits] = {}
+        self._admitted: dict[str, float] = {}
+        """When each execution's queue first admitted it."""
         self._closed = False
 
     def __repr__(self) -> str:
@@ -149,7 +155,7 @@ class MemoryStore(Store):
             lease_owner=owner, lease_expires_at=_ts(now + lease_seconds) if leased else None,
             lease_epoch=1 if leased else 0, wake_at=None if leased else _ts(now),
             created_at=_ts(now), updated_at=_ts(now), deadline=new.deadline, thread=new.thread,
-            trace=new.trace,
+            trace=new.trace, queue=new.queue, queue_key=new.queue_key, priority=new.priority,
         )
         self._runs[new.execution_id] = _Run(execution, input_json)
         if owner is None:
@@ -166,27 +172,81 @@ class MemoryStore(Store):
         await self._enter()
         now = _ts(time.time())
 
-        def due(ex: Execution) -> bool:
-            if roots is not None and ex.root_path not in roots:
-                return False
-            if versions is not None and ex.version and ex.version not in versions.get(ex.root_path, ()):
-                return False
-            if ex.status in ("queued", "paused", "decided"):
-                return ex.wake_at is not None and ex.wake_at <= now
-            return ex.status == "running" and (ex.lease_expires_at is None or ex.lease_expires_at <= now)
-
-        ready = sorted((r for r in self._runs.values() if due(r.execution)),
+        ready = sorted((r for r in self._runs.values() if r.execution.queue is None
+                        and _due(r.execution, now, roots, versions)),
                        key=lambda r: r.execution.wake_at or r.execution.lease_expires_at or now)
-        leases = []
-        for run in ready[:limit]:
+        return [self._lease(run, owner, lease_seconds, now) for run in ready[:limit]]
+
+    def _lease(self, run: _Run, owner: str, lease_seconds: float, now: datetime) -> Lease:
+        ex = run.execution
+        lease = Lease(execution_id=ex.execution_id, owner=owner, epoch=ex.lease_epoch + 1,
+                      expires_at=_ts(time.time() + lease_seconds), deadline=ex.deadline,
+                      cancel=_copied_json(ex.cancel))
+        self._update(run, lease_owner=owner, lease_expires_at=lease.expires_at, lease_epoch=lease.epoch,
+                     status="running", wake_at=None, updated_at=now)
+        return lease
+
+    async def declare_queue(self, limits: QueueLimits) -> None:
+        await self._enter()
+        self._queues[limits.name] = limits
+
+    async def take_queued(
+        self, queue: str, *, owner: str, lease_seconds: float, limit: int, roots: Sequence[str] | None = None,
+        versions: Mapping[str, Sequence[str]] | None = None,
+    ) -> list[Lease]:
+        check_limit(limit)
+        await self._enter()
+        limits = self._queues.get(queue)
+        if limits is None:
+            return []
+        now = _ts(time.time())
+        running = self._running(queue, now)
+        free = room(limits, running, limit)
+        if free == 0:
+            return []
+        ready = sorted((r.execution for r in self._runs.values()
+                        if r.execution.queue == queue and _due(r.execution, now, roots, versions)),
+                       key=lambda ex: (ex.priority, ex.created_at, ex.execution_id))
+        candidates = [Candidate(ex.execution_id, ex.queue_key, ex.status == "queued") for ex in ready]
+        taken = admit(limits, candidates, running, self._admitted_since(queue, limits, now), free)
+        for execution_id in taken:
+            self._admitted.setdefault(execution_id, now.timestamp())
+        return [self._lease(self._runs[execution_id], owner, lease_seconds, now) for execution_id in taken]
+
+    def _running(self, queue: str, now: datetime) -> dict[str | None, int]:
+        running: dict[str | None, int] = {}
+        for run in self._runs.values():
             ex = run.execution
-            lease = Lease(execution_id=ex.execution_id, owner=owner, epoch=ex.lease_epoch + 1,
-                          expires_at=_ts(time.time() + lease_seconds), deadline=ex.deadline,
-                          cancel=_copied_json(ex.cancel))
-            self._update(run, lease_owner=owner, lease_expires_at=lease.expires_at, lease_epoch=lease.epoch,
-                         status="running", wake_at=None, updated_at=now)
-            leases.append(lease)
-        return leases
+            if ex.queue == queue and ex.status == "running" and ex.lease_expires_at is not None \
+                    and ex.lease_expires_at > now:
+                running[ex.queue_key] = running.get(ex.queue_key, 0) + 1
+        return running
+
+    def _admitted_since(self, queue: str, limits: QueueLimits, now: datetime) -> int:
+        since = now.timestamp() - (limits.rate_seconds or 60.0)
+        return sum(1 for execution_id, at in self._admitted.items()
+                   if at > since and execution_id in self._runs and self._runs[execution_id].execution.queue == queue)
+
+    async def queue_stats(self) -> list[QueueStats]:
+        await self._enter()
+        now = _ts(time.time())
+        rows: list[QueueStats] = []
+        for name, limits in sorted(self._queues.items()):
+            since = now.timestamp() - (limits.rate_seconds or 60.0)
+            keys: dict[str | None, Counts] = {}
+            for run in self._runs.values():
+                ex = run.execution
+                if ex.queue != name:
+                    continue
+                counts = keys.setdefault(ex.queue_key, Counts())
+                if _due(ex, now, None, None):
+                    counts.waited(ex.created_at)
+                elif ex.status == "running":
+                    counts.running += 1
+                if self._admitted.get(ex.execution_id, 0.0) > since:
+                    counts.admitted += 1
+            rows.extend(stats(name, keys))
+        return rows
 
     async def request_cancel(self, execution_id: str, *, by: str, reason: str) -> Execution | None:
         request = _json.loads(_json.dumps({"by": by, "reason": reason}, what="the cancel request"))
@@ -530,3 +590,16 @@ def _copied(execution: Execution) -> Execution:
 def _copied_json(value: JsonValue) -> JsonValue:
     """A JSON value a reader may change without changing the store's."""
     return copy.deepcopy(value)
+
+
+def _due(ex: Execution, now: datetime, roots: Sequence[str] | None,
+         versions: Mapping[str, Sequence[str]] | None) -> bool:
+    """Whether a worker should take ``ex`` up now (see `Store.take_work`)."""
+    if roots is not None and ex.root_path not in roots:
+        return False
+    if versions is not None and ex.version and ex.version not in versions.get(ex.root_path, ()):
+        return False
+    if ex.status in ("queued", "paused", "decided"):
+        return ex.wake_at is not None and ex.wake_at <= now
+    return ex.status == "running" and (ex.lease_expires_at is None or ex.lease_expires_at <= now)
+

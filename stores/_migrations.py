@@ -111,6 +111,25 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         # in every process that handles it; NULL when it started with telemetry off.
         "ALTER TABLE tether_executions ADD COLUMN trace TEXT",
     ],
+    [
+        # Version 10: queues. An execution may belong to one, with a key (whose it is) and a
+        # priority; admitted_at is when its queue first admitted it (what its rate counts).
+        "ALTER TABLE tether_executions ADD COLUMN queue TEXT",
+        "ALTER TABLE tether_executions ADD COLUMN queue_key TEXT",
+        "ALTER TABLE tether_executions ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE tether_executions ADD COLUMN admitted_at INTEGER",
+        ("CREATE INDEX tether_executions_by_queue ON tether_executions (queue, status, priority, created_at) "
+         "WHERE queue IS NOT NULL"),
+        """CREATE TABLE tether_queues (
+            name TEXT PRIMARY KEY,
+            concurrency INTEGER,
+            per_key INTEGER,
+            rate_limit INTEGER,
+            rate_seconds REAL,
+            priority INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL
+        )""",
+    ],
 ]
 
 POSTGRES_MIGRATIONS: list[list[str]] = [
@@ -231,5 +250,23 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
     [
         # Version 9: as for SQLite, the execution's trace context.
         "ALTER TABLE tether_executions ADD COLUMN trace text",
+    ],
+    [
+        # Version 10: as for SQLite, queues.
+        "ALTER TABLE tether_executions ADD COLUMN queue text",
+        "ALTER TABLE tether_executions ADD COLUMN queue_key text",
+        "ALTER TABLE tether_executions ADD COLUMN priority integer NOT NULL DEFAULT 0",
+        "ALTER TABLE tether_executions ADD COLUMN admitted_at timestamptz",
+        ("CREATE INDEX tether_executions_by_queue ON tether_executions (queue, status, priority, created_at) "
+         "WHERE queue IS NOT NULL"),
+        """CREATE TABLE tether_queues (
+            name text PRIMARY KEY,
+            concurrency integer,
+            per_key integer,
+            rate_limit integer,
+            rate_seconds double precision,
+            priority boolean NOT NULL,
+            updated_at timestamptz NOT NULL
+        )""",
     ],
 ]

@@ -68,6 +68,43 @@ class _Row(BaseModel):
     model_config: ClassVar[ConfigDict] = ConfigDict(frozen=True, extra="forbid")
 
 
+MAX_PRIORITY = 2**31 - 1
+"""The highest (least urgent) priority an execution may have in a queue."""
+
+
+class QueueLimits(_Row):
+    """What a queue admits to workers, across every process that takes work from the store.
+
+    Every limit holds for the whole fleet: a worker admits an execution in the
+    same transaction that counts what runs, under a lock on the queue's row.
+    """
+
+    name: Text = Field(min_length=1, max_length=200)
+    concurrency: int | None = Field(default=None, ge=1)
+    """Executions of the queue leased at once, at most (None: no limit). A dead worker's come back with its leases."""
+    per_key: int | None = Field(default=None, ge=1)
+    """Executions of one key (``queue_key``) leased at once, at most."""
+    rate_limit: int | None = Field(default=None, ge=1)
+    """Starts admitted per ``rate_seconds``, at most."""
+    rate_seconds: float | None = Field(default=None, gt=0)
+    priority: bool = False
+    """Whether executions may have a priority (else all have 0, and the oldest goes first)."""
+
+
+class QueueStats(_Row):
+    """One queue and key as `tether queues` shows it."""
+
+    queue: str
+    key: str | None
+    waiting: int
+    """Ready to run and not admitted yet."""
+    running: int
+    """Leased now."""
+    admitted: int
+    """Started in the queue's rate period (the last minute if it has no rate)."""
+    oldest_waiting: datetime | None
+
+
 class NewExecution(_Row):
     """What a caller provides to start an execution."""
 
@@ -83,6 +120,12 @@ class NewExecution(_Row):
     """The conversation it is a run of (``agent.run(text, thread="chat-7")``), if any."""
     trace: Text | None = Field(default=None, max_length=128)
     """Its trace context (a W3C ``traceparent``) when telemetry is on: every process that handles it continues it."""
+    queue: Text | None = Field(default=None, min_length=1, max_length=200)
+    """The queue whose limits admit it to workers (`Store.take_queued`), if any."""
+    queue_key: Text | None = Field(default=None, min_length=1, max_length=512)
+    """Within its queue, whose it is (a tenant, a user): what ``per_key`` limits."""
+    priority: int = Field(default=0, ge=0, le=MAX_PRIORITY)
+    """Lower runs first among those waiting in its queue; 0, the default, before any other."""
 
 
 class Execution(_Row):
@@ -113,6 +156,12 @@ class Execution(_Row):
     """The conversation it is a run of, if any."""
     trace: str | None = None
     """The trace context (W3C ``traceparent``) of its telemetry, or None when it started with telemetry off."""
+    queue: str | None = None
+    """The queue that admits it to workers, if any."""
+    queue_key: str | None = None
+    """Whose it is within its queue (``per_key`` counts by it), if anyone's."""
+    priority: int = 0
+    """Its place among those waiting in its queue: lower first."""
 
     @property
     def finished(self) -> bool:

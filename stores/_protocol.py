@@ -29,6 +29,8 @@ if TYPE_CHECKING:
         NewExecution,
         NewInterrupt,
         PendingInterrupt,
+        QueueLimits,
+        QueueStats,
         StartResult,
         ThreadSummary,
     )
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 from ._errors import ConfigurationError
 from ._watch import Check, Committed, JournalWatch, Watchers
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 """The schema version this release writes; `setup()` migrates older databases to it."""
 
 
@@ -131,6 +133,30 @@ class Store(ABC):
         ``running``, and its ``wake_at`` cleared. Concurrent callers, in any
         number of processes, never get the same execution.
         """
+
+    @abstractmethod
+    async def declare_queue(self, limits: QueueLimits) -> None:
+        """Record a queue's limits (replacing what was recorded for its name): claims read them from here."""
+
+    @abstractmethod
+    async def take_queued(
+        self, queue: str, *, owner: str, lease_seconds: float, limit: int, roots: Sequence[str] | None = None,
+        versions: Mapping[str, Sequence[str]] | None = None,
+    ) -> list[Lease]:
+        """Lease up to ``limit`` ready executions of ``queue``, as its limits admit them, atomically.
+
+        What is ready is as for `take_work`, which leaves executions with a queue
+        to this. Under a lock on the queue's row, one transaction counts what the
+        queue runs (executions of it leased now, by any process; an expired lease
+        frees its slot) and what it started in its rate period, then leases the
+        first ready ones by priority (lower first), then age, within
+        ``concurrency``, ``per_key`` and, for starts, the rate. A queue never
+        declared admits nothing.
+        """
+
+    @abstractmethod
+    async def queue_stats(self) -> list[QueueStats]:
+        """Each declared queue's waiting, running and admitted executions, by key (key None: the whole queue)."""
 
     @abstractmethod
     async def request_cancel(self, execution_id: str, *, by: str, reason: str) -> Execution | None:

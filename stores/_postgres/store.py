@@ -49,10 +49,13 @@ from .._models import (
     NewExecution,
     NewInterrupt,
     PendingInterrupt,
+    QueueLimits,
+    QueueStats,
     StartResult,
     ThreadSummary,
 )
 from .._protocol import SCHEMA_VERSION, check_limit, version_pairs
+from .._queues import Candidate, Counts, admit, fetch_size, room, stats
 from .._watch import committed
 from .pool import ConnectionPool, connect_detached, finish_detached
 
@@ -72,7 +75,8 @@ log = logging.getLogger("tether.stores")
 
 _EXEC_COLS = (
     "id, runner, root_path, fingerprint, status, input, result, error, "
-    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at, version, deadline, cancel, thread, trace"
+    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at, version, deadline, cancel, thread, trace, "
+    "queue, queue_key, priority"
 )
 _PENDING_COLS = "execution_id, path, reason, context, seq, created_at, deadline, default_value"
 _FINAL_SQL = "('completed', 'failed', 'cancelled', 'timed_out')"
@@ -112,6 +116,9 @@ def _execution(row: asyncpg.Record) -> Execution:
         cancel=None if row["cancel"] is None else _json.loads(row["cancel"]),
         thread=row["thread"],
         trace=row["trace"],
+        queue=row["queue"],
+        queue_key=row["queue_key"],
+        priority=row["priority"],
     )
 
 
@@ -523,7 +530,7 @@ class PostgresStore(DriverStore):
         rows = await self._fetch(
             f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
             "VALUES ($1, $2, $3, $4, 'running', $5::json, NULL, NULL, $6, "
-            "now() + make_interval(secs => $7), 1, now(), now(), NULL, $8, $9, NULL, $10, $11, 1) "
+            "now() + make_interval(secs => $7), 1, now(), now(), NULL, $8, $9, NULL, $10, $11, NULL, NULL, 0, 1) "
             f"ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
             new.execution_id, new.runner, new.root_path, new.fingerprint, input_json,
             owner, float(lease_seconds), new.version, new.deadline, new.thread, new.trace, write=True,
@@ -543,9 +550,9 @@ class PostgresStore(DriverStore):
         rows = await self._fetch(
             f"INSERT INTO tether_executions ({_EXEC_COLS}, next_seq) "
             "VALUES ($1, $2, $3, $4, 'queued', $5::json, NULL, NULL, NULL, NULL, 0, now(), now(), now(), $6, $7, "
-            f"NULL, $8, $9, 1) ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
+            f"NULL, $8, $9, $10, $11, $12, 1) ON CONFLICT (id) DO NOTHING RETURNING {_EXEC_COLS}",
             new.execution_id, new.runner, new.root_path, new.fingerprint, input_json, new.version, new.deadline,
-            new.thread, new.trace, write=True,
+            new.thread, new.trace, new.queue, new.queue_key, new.priority, write=True,
         )
         if rows:
             return StartResult(execution=_execution(rows[0]), created=True)
@@ -562,7 +569,7 @@ class PostgresStore(DriverStore):
         rows = await self._fetch(
             """WITH ready AS (
                 SELECT id FROM tether_executions
-                WHERE ((status IN ('queued', 'paused', 'decided') AND wake_at <= now())
+                WHERE queue IS NULL AND ((status IN ('queued', 'paused', 'decided') AND wake_at <= now())
                     OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= now())))
                   AND ($4::text[] IS NULL OR root_path = ANY($4::text[]))
                   AND ($5::text[] IS NULL OR version = '' OR root_path || chr(31) || version = ANY($5::text[]))
@@ -578,6 +585,96 @@ class PostgresStore(DriverStore):
             None if versions is None else version_pairs(versions), write=True,
         )
         return [_lease(r["id"], owner, r) for r in rows]
+
+    async def declare_queue(self, limits: QueueLimits) -> None:
+        await self._fetch(
+            "INSERT INTO tether_queues (name, concurrency, per_key, rate_limit, rate_seconds, priority, updated_at) "
+            "VALUES ($1, $2, $3, $4, $5, $6, now()) ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency, "
+            "per_key = excluded.per_key, rate_limit = excluded.rate_limit, rate_seconds = excluded.rate_seconds, "
+            "priority = excluded.priority, updated_at = excluded.updated_at",
+            limits.name, limits.concurrency, limits.per_key, limits.rate_limit, limits.rate_seconds, limits.priority,
+            write=True,
+        )
+
+    async def take_queued(
+        self, queue: str, *, owner: str, lease_seconds: float, limit: int, roots: Sequence[str] | None = None,
+        versions: Mapping[str, Sequence[str]] | None = None,
+    ) -> list[Lease]:
+        check_limit(limit)
+        root_list = None if roots is None else list(roots)
+        pairs = None if versions is None else version_pairs(versions)
+
+        async def op_fn(op: Op) -> list[asyncpg.Record]:
+            assert self._pool is not None
+            with self._map_errors():
+                async with self._pool.connection() as conn:
+                    op.commit()
+                    async with conn.transaction():
+                        # The queue's row is the lock: claimers of one queue count and lease in turn.
+                        row = await conn.fetchrow(
+                            "SELECT concurrency, per_key, rate_limit, rate_seconds, priority FROM tether_queues "
+                            "WHERE name = $1 FOR UPDATE", queue)
+                        if row is None:
+                            return []
+                        limits = QueueLimits(name=queue, **dict(row))
+                        running: dict[str | None, int] = {r[0]: r[1] for r in await conn.fetch(
+                            "SELECT queue_key, count(*) FROM tether_executions WHERE queue = $1 "
+                            "AND status = 'running' AND lease_expires_at > now() GROUP BY queue_key", queue)}
+                        free = room(limits, running, limit)
+                        if free == 0:
+                            return []
+                        admitted = 0 if limits.rate_limit is None else await conn.fetchval(
+                            "SELECT count(*) FROM tether_executions WHERE queue = $1 "
+                            "AND admitted_at > now() - make_interval(secs => $2)", queue, limits.rate_seconds or 60.0)
+                        rows = await conn.fetch(
+                            """SELECT id, queue_key, status FROM (
+                                SELECT id, queue_key, status, priority, created_at,
+                                    row_number() OVER (PARTITION BY queue_key ORDER BY priority, created_at, id) AS turn
+                                FROM tether_executions
+                                WHERE queue = $1 AND ((status IN ('queued', 'paused', 'decided') AND wake_at <= now())
+                                    OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= now())))
+                                  AND ($2::text[] IS NULL OR root_path = ANY($2::text[]))
+                                  AND ($3::text[] IS NULL OR version = ''
+                                       OR root_path || chr(31) || version = ANY($3::text[]))) ready
+                            WHERE $4::int IS NULL OR queue_key IS NULL OR turn <= $4::int
+                            ORDER BY priority, created_at, id LIMIT $5""",
+                            queue, root_list, pairs, limits.per_key, fetch_size(free, running))
+                        taken = admit(limits, [Candidate(r["id"], r["queue_key"], r["status"] == "queued")
+                                               for r in rows], running, admitted, free)
+                        if not taken:
+                            return []
+                        return list(await conn.fetch(
+                            """UPDATE tether_executions e SET lease_owner = $1,
+                                lease_expires_at = now() + make_interval(secs => $2),
+                                lease_epoch = e.lease_epoch + 1, status = 'running', wake_at = NULL,
+                                updated_at = now(), admitted_at = coalesce(admitted_at, now())
+                            WHERE id = ANY($3::text[])
+                            RETURNING e.id, e.lease_epoch, e.lease_expires_at, e.deadline, e.cancel""",
+                            owner, float(lease_seconds), taken))
+
+        return [_lease(r["id"], owner, r) for r in await self._run(op_fn)]
+
+    async def queue_stats(self) -> list[QueueStats]:
+        rows = await self._fetch(
+            """SELECT q.name, e.queue_key,
+                count(*) FILTER (WHERE (e.status IN ('queued', 'paused', 'decided') AND e.wake_at <= now())
+                    OR (e.status = 'running' AND (e.lease_expires_at IS NULL OR e.lease_expires_at <= now())))
+                    AS waiting,
+                count(*) FILTER (WHERE e.status = 'running' AND e.lease_expires_at > now()) AS running,
+                count(*) FILTER (WHERE e.admitted_at > now() - make_interval(secs => coalesce(q.rate_seconds, 60)))
+                    AS admitted,
+                min(e.created_at) FILTER (WHERE (e.status IN ('queued', 'paused', 'decided') AND e.wake_at <= now())
+                    OR (e.status = 'running' AND (e.lease_expires_at IS NULL OR e.lease_expires_at <= now())))
+                    AS oldest,
+                count(e.id) AS executions
+            FROM tether_queues q LEFT JOIN tether_executions e ON e.queue = q.name
+            GROUP BY q.name, e.queue_key ORDER BY q.name""")
+        by_queue: dict[str, dict[str | None, Counts]] = {}
+        for r in rows:
+            keys = by_queue.setdefault(r["name"], {})
+            if r["executions"]:
+                keys[r["queue_key"]] = Counts(r["waiting"], r["running"], r["admitted"], r["oldest"])
+        return [row for name, keys in by_queue.items() for row in stats(name, keys)]
 
     async def request_cancel(self, execution_id: str, *, by: str, reason: str) -> Execution | None:
         request = _json.dumps({"by": by, "reason": reason}, what="the cancel request")

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 EXEC_COLS = (
     "id, runner, root_path, fingerprint, status, input, result, error, "
-    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at, version, deadline, cancel, thread, trace"
+    "lease_owner, lease_expires_at, lease_epoch, created_at, updated_at, wake_at, version, deadline, cancel, thread, trace, "
+    "queue, queue_key, priority"
 )
 PENDING_COLS = "execution_id, path, reason, context, seq, created_at, deadline, default_value"
 FINAL_SQL = "('completed', 'failed', 'cancelled', 'timed_out')"
@@ -74,6 +75,9 @@ def execution_from(row: Sequence[Any]) -> Execution:
         cancel=None if row[16] is None else _json.loads(row[16]),
         thread=row[17],
         trace=row[18],
+        queue=row[19],
+        queue_key=row[20],
+        priority=row[21],
     )
 
 

@@ -50,10 +50,13 @@ from .._models import (
     NewExecution,
     NewInterrupt,
     PendingInterrupt,
+    QueueLimits,
+    QueueStats,
     StartResult,
     ThreadSummary,
 )
 from .._protocol import check_limit, version_pairs
+from .._queues import Candidate, Counts, admit, fetch_size, room, stats
 from .._watch import committed
 from . import _aiosqlite
 from .check import find_problems
@@ -364,7 +367,7 @@ class SQLiteStore(DriverStore):
         def fn(db: sqlite3.Connection, now: int) -> StartResult:
             row = db.execute(
                 f"INSERT INTO tether_executions ({EXEC_COLS}) "
-                "VALUES (?, ?, ?, ?, 'running', ?, NULL, NULL, ?, ?, 1, ?, ?, NULL, ?, ?, NULL, ?, ?) "
+                "VALUES (?, ?, ?, ?, 'running', ?, NULL, NULL, ?, ?, 1, ?, ?, NULL, ?, ?, NULL, ?, ?, NULL, NULL, 0) "
                 f"ON CONFLICT (id) DO NOTHING RETURNING {EXEC_COLS}",
                 (new.execution_id, new.runner, new.root_path, new.fingerprint, input_json,
                  owner, now + span_us(lease_seconds), now, now, new.version, deadline, new.thread, new.trace),
@@ -388,10 +391,10 @@ class SQLiteStore(DriverStore):
         def fn(db: sqlite3.Connection, now: int) -> StartResult:
             row = db.execute(
                 f"INSERT INTO tether_executions ({EXEC_COLS}) "
-                "VALUES (?, ?, ?, ?, 'queued', ?, NULL, NULL, NULL, NULL, 0, ?, ?, ?, ?, ?, NULL, ?, ?) "
+                "VALUES (?, ?, ?, ?, 'queued', ?, NULL, NULL, NULL, NULL, 0, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?) "
                 f"ON CONFLICT (id) DO NOTHING RETURNING {EXEC_COLS}",
                 (new.execution_id, new.runner, new.root_path, new.fingerprint, input_json, now, now, now,
-                 new.version, deadline, new.thread, new.trace),
+                 new.version, deadline, new.thread, new.trace, new.queue, new.queue_key, new.priority),
             ).fetchone()
             if row is not None:
                 return StartResult(execution=execution_from(row), created=True)
@@ -417,7 +420,7 @@ class SQLiteStore(DriverStore):
                 "UPDATE tether_executions SET lease_owner = ?, lease_expires_at = ?, "
                 "lease_epoch = lease_epoch + 1, status = 'running', wake_at = NULL, updated_at = ? "
                 "WHERE id IN (SELECT id FROM tether_executions "
-                "  WHERE ((status IN ('queued', 'paused', 'decided') AND wake_at <= ?) "
+                "  WHERE queue IS NULL AND ((status IN ('queued', 'paused', 'decided') AND wake_at <= ?) "
                 "     OR (status = 'running' AND coalesce(lease_expires_at, 0) <= ?)) "
                 "    AND (? IS NULL OR root_path IN (SELECT value FROM json_each(?))) "
                 "    AND (? IS NULL OR version = '' "
@@ -429,6 +432,94 @@ class SQLiteStore(DriverStore):
             return [_lease(r[0], owner, r[1], expires, r[2], r[3]) for r in rows]
 
         return await self._write(fn)
+
+    async def declare_queue(self, limits: QueueLimits) -> None:
+        def fn(db: sqlite3.Connection, now: int) -> None:
+            db.execute(
+                "INSERT INTO tether_queues (name, concurrency, per_key, rate_limit, rate_seconds, priority, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency, "
+                "per_key = excluded.per_key, rate_limit = excluded.rate_limit, rate_seconds = excluded.rate_seconds, "
+                "priority = excluded.priority, updated_at = excluded.updated_at",
+                (limits.name, limits.concurrency, limits.per_key, limits.rate_limit, limits.rate_seconds,
+                 int(limits.priority), now),
+            )
+
+        await self._write(fn)
+
+    async def take_queued(
+        self, queue: str, *, owner: str, lease_seconds: float, limit: int, roots: Sequence[str] | None = None,
+        versions: Mapping[str, Sequence[str]] | None = None,
+    ) -> list[Lease]:
+        check_limit(limit)
+        root_list = None if roots is None else _json.dumps(list(roots))
+        pairs = None if versions is None else _json.dumps(version_pairs(versions))
+
+        def fn(db: sqlite3.Connection, now: int) -> list[Lease]:
+            # BEGIN IMMEDIATE holds every other writer off: the counts stay true until COMMIT.
+            limits = _queue_limits(db, queue)
+            if limits is None:
+                return []
+            running: dict[str | None, int] = dict(db.execute(
+                "SELECT queue_key, count(*) FROM tether_executions "
+                "WHERE queue = ? AND status = 'running' AND lease_expires_at > ? GROUP BY queue_key", (queue, now),
+            ).fetchall())
+            free = room(limits, running, limit)
+            if free == 0:
+                return []
+            admitted = db.execute(
+                "SELECT count(*) FROM tether_executions WHERE queue = ? AND admitted_at > ?",
+                (queue, now - span_us(limits.rate_seconds or 60.0)),
+            ).fetchone()[0] if limits.rate_limit is not None else 0
+            rows = db.execute(
+                "SELECT id, queue_key, status FROM (SELECT id, queue_key, status, priority, created_at, "
+                "  row_number() OVER (PARTITION BY queue_key ORDER BY priority, created_at, id) AS turn "
+                "  FROM tether_executions WHERE queue = ? AND ((status IN ('queued', 'paused', 'decided') "
+                "    AND wake_at <= ?) OR (status = 'running' AND coalesce(lease_expires_at, 0) <= ?)) "
+                "    AND (? IS NULL OR root_path IN (SELECT value FROM json_each(?))) "
+                "    AND (? IS NULL OR version = '' "
+                "         OR root_path || char(31) || version IN (SELECT value FROM json_each(?)))) "
+                "WHERE ? IS NULL OR queue_key IS NULL OR turn <= ? "
+                "ORDER BY priority, created_at, id LIMIT ?",
+                (queue, now, now, root_list, root_list, pairs, pairs, limits.per_key, limits.per_key,
+                 fetch_size(free, running)),
+            ).fetchall()
+            taken = admit(limits, [Candidate(r[0], r[1], r[2] == "queued") for r in rows], running, admitted, free)
+            expires = now + span_us(lease_seconds)
+            leases = []
+            for execution_id in taken:
+                row = db.execute(
+                    "UPDATE tether_executions SET lease_owner = ?, lease_expires_at = ?, "
+                    "lease_epoch = lease_epoch + 1, status = 'running', wake_at = NULL, updated_at = ?, "
+                    "admitted_at = coalesce(admitted_at, ?) WHERE id = ? RETURNING id, lease_epoch, deadline, cancel",
+                    (owner, expires, now, now, execution_id),
+                ).fetchone()
+                leases.append(_lease(row[0], owner, row[1], expires, row[2], row[3]))
+            return leases
+
+        return await self._write(fn)
+
+    async def queue_stats(self) -> list[QueueStats]:
+        def fn(db: sqlite3.Connection) -> list[QueueStats]:
+            now = now_us()
+            rows: list[QueueStats] = []
+            for name, rate_seconds in db.execute("SELECT name, rate_seconds FROM tether_queues ORDER BY name"):
+                keys: dict[str | None, Counts] = {}
+                for key, waiting, running, admitted, oldest in db.execute(
+                    "SELECT queue_key, "
+                    "  sum(CASE WHEN (status IN ('queued', 'paused', 'decided') AND wake_at <= ?) "
+                    "    OR (status = 'running' AND coalesce(lease_expires_at, 0) <= ?) THEN 1 ELSE 0 END), "
+                    "  sum(CASE WHEN status = 'running' AND lease_expires_at > ? THEN 1 ELSE 0 END), "
+                    "  sum(CASE WHEN admitted_at > ? THEN 1 ELSE 0 END), "
+                    "  min(CASE WHEN (status IN ('queued', 'paused', 'decided') AND wake_at <= ?) "
+                    "    OR (status = 'running' AND coalesce(lease_expires_at, 0) <= ?) THEN created_at END) "
+                    "FROM tether_executions WHERE queue = ? GROUP BY queue_key",
+                    (now, now, now, now - span_us(rate_seconds or 60.0), now, now, name),
+                ):
+                    keys[key] = Counts(waiting, running, admitted, from_us_or_none(oldest))
+                rows.extend(stats(name, keys))
+            return rows
+
+        return await self._read(fn)
 
     async def request_cancel(self, execution_id: str, *, by: str, reason: str) -> Execution | None:
         request = _json.dumps({"by": by, "reason": reason}, what="the cancel request")
@@ -958,6 +1049,15 @@ class SQLiteStore(DriverStore):
                 f"{problems[0]} {DAMAGE_HINT}"
             )
         return problems
+
+
+def _queue_limits(db: sqlite3.Connection, queue: str) -> QueueLimits | None:
+    row = db.execute("SELECT concurrency, per_key, rate_limit, rate_seconds, priority FROM tether_queues "
+                     "WHERE name = ?", (queue,)).fetchone()
+    if row is None:
+        return None
+    return QueueLimits(name=queue, concurrency=row[0], per_key=row[1], rate_limit=row[2], rate_seconds=row[3],
+                       priority=bool(row[4]))
 
 
 def _lease(execution_id: str, owner: str, epoch: int, expires: int, deadline: int | None,
