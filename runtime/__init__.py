@@ -126,6 +126,7 @@ from ._executions.migration import (
     migrate as migrate,
 )
 from ._executions.query import ActorState as ActorState, query as query
+from ._executions.queues import Queue as Queue, Rate as Rate
 from ._executions.runner import Runner as Runner
 from ._executions.runtime import Runtime as Runtime
 from ._executions.service import Executions as Executions
@@ -161,6 +162,8 @@ __all__ = (
     "ExecutionStarted",
     "ExecutionTimedOut",
     "ExecutionWorker",
+    "Queue",
+    "Rate",
     "Executions",
     "Handoff",
     "Interrupted",

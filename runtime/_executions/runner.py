@@ -21,6 +21,7 @@ from tether.runtime._core.hooks import installed
 from tether.stores import ConfigurationError, NewExecution
 
 from .history import _UNSET, Boundary, fork, history
+from .queues import Queue, declared
 from .runtime import Runtime, check_runner, deadline_after
 from .service import Executions
 from .stream import EventStream, Until, events
@@ -254,21 +255,48 @@ class Runner:
         return events(self._store(), execution_id, after=after, until=until, live=live, buffer=buffer)
 
     async def start(self, input: Any = None, *, execution_id: str, detach: bool = True,
-                    timeout: timedelta | float | None = None, thread: str | None = None) -> RunResult:
+                    timeout: timedelta | float | None = None, thread: str | None = None,
+                    queue: str | Queue | None = None, key: str | None = None,
+                    priority: int | None = None) -> RunResult:
         """Start an execution; with ``detach`` (the default), record it for a worker and return at once.
 
         A detached execution is ``queued`` until a worker (``tether worker``) with
         this runner takes it up. Without ``detach`` this is `run`. ``timeout``
         counts from now (see `run`).
+
+        With ``queue`` (a `Queue` this process declared, or its name), workers
+        admit it by the queue's limits: ``key`` says whose it is (what
+        ``per_key`` counts), ``priority`` its turn among those waiting (lower
+        first; for a queue declared with ``priority=True``).
+
+        Raises:
+            ConfigurationError: A queue not declared here, ``key`` or ``priority``
+                without a queue, a priority the queue does not take or out of range,
+                or a queue with ``detach=False``; nothing was recorded.
         """
+        placed: tuple[str | None, str | None, int] = (None, None, 0)
+        if queue is not None:
+            if not detach:
+                raise ConfigurationError(
+                    f"queue={queue!r} with detach=False: a queue admits executions to workers, so its starts are "
+                    f"detached. Drop detach=False, or the queue to run here at once."
+                )
+            declared_queue = declared(queue)
+            placed = (declared_queue.name, *declared_queue.placement(key, priority))
+        elif key is not None or priority is not None:
+            raise ConfigurationError("key= and priority= place an execution in a queue: give queue= too.")
         if not detach:
             return await self.run(input, execution_id=execution_id, timeout=timeout, thread=thread)
         data = self._input(input)
         actor = self._prepare()
-        return await Executions(self._store()).enqueue(
+        service = Executions(self._store())
+        if queue is not None:
+            await service.store.declare_queue(declared(queue).limits)  # the workers' limits, whichever starts first
+        return await service.enqueue(
             NewExecution(execution_id=execution_id, runner=actor.__qualname__, root_path=self.root_path,
                          fingerprint=self.fingerprint, version=self.version or "", input=data,
-                         deadline=deadline_after(timeout, installed()), thread=thread)
+                         deadline=deadline_after(timeout, installed()), thread=thread,
+                         queue=placed[0], queue_key=placed[1], priority=placed[2])
         )
 
     async def retry(self, execution_id: str, *, by: str | None = None) -> RunResult:

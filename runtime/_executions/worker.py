@@ -37,6 +37,7 @@ from tether.stores import (
     StoreError,
 )
 
+from .queues import Queue, declared_queues
 from .runner import runner_for
 from .runtime import Runtime
 
@@ -87,12 +88,15 @@ class ExecutionWorker:
         on_result: Callable[[RunResult], object] | None = None,
         notify: bool = True,
         clock: Callable[[], datetime] | None = None,
+        queues: Sequence[Queue] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError(f"concurrency={concurrency}: a worker runs at least one execution at a time.")
         if not runners:
             raise ConfigurationError("A worker needs runners (--app module:attr): it only takes their executions.")
         self.store = store
+        self.queues: list[Queue] | None = None if queues is None else list(queues)
+        """The queues whose executions it takes, by their limits (default: every queue declared in the process)."""
         self.runners: list[Runner] = list(runners)
         self._roots = [runner.root_path for runner in self.runners]
         # A run that started on a version is taken only by a worker with that version: during a
@@ -122,6 +126,10 @@ class ExecutionWorker:
     async def __aenter__(self) -> Self:
         with contextlib.ExitStack() as stack:
             stack.enter_context(self.store.worker_slot())  # refused at once if the store admits no other worker
+            if self.queues is None:
+                self.queues = declared_queues()
+            for queue in self.queues:  # the limits its claims read, as this process declares them
+                await self.store.declare_queue(queue.limits)
             await self._listen()
             self._slot = stack.pop_all()
         return self
@@ -175,6 +183,7 @@ class ExecutionWorker:
                 return 0
             leases = await self.store.take_work(owner=self.name, lease_seconds=self.lease_seconds, limit=free,
                                                 roots=self._roots, versions=self._versions)
+            leases += await self._take_queued(free - len(leases))
             if self.notify and (self._listener is None or self._listener.closed):
                 await self._listen()  # the server restarted, say: notifications again
         except StoreError as exc:  # the database is away: try again at the next poll
@@ -195,6 +204,21 @@ class ExecutionWorker:
         oldest = await self.store.list_pending(limit=1) if count else []
         age = (datetime.now(UTC) - oldest[0].created_at).total_seconds() if oldest else 0.0
         telemetry.saw_pending(repr(self.store), count, age)
+
+    async def _take_queued(self, free: int) -> list[Lease]:
+        """What the queues admit to this worker, in their order, up to ``free``."""
+        leases: list[Lease] = []
+        for queue in self.queues or ():
+            if len(leases) >= free:
+                break
+            try:
+                leases += await self.store.take_queued(queue.name, owner=self.name, lease_seconds=self.lease_seconds,
+                                                       limit=free - len(leases), roots=self._roots,
+                                                       versions=self._versions)
+            except StoreError as exc:  # what was taken runs; the rest waits for the next poll
+                log.warning("worker %s cannot take from queue %s: %s", self.name, queue.name, exc)
+                break
+        return leases
 
     async def _fire_deadlines(self) -> None:
         await decide_overdue(self.store, now=self._runtime.hooks.now if self._runtime else self.clock)

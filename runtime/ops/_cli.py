@@ -226,6 +226,34 @@ def executions(settings: Settings, status: str | None, limit: int, as_json: bool
 
 
 @cli.command()
+@json_option
+@store_options
+@pass_settings
+def queues(settings: Settings, as_json: bool) -> None:
+    """Queues: what waits, runs and started in the rate period, per queue and key, and the oldest waiting."""
+    rows = settings.run(lambda op: op.store.queue_stats())
+    if as_json:
+        _print_json([row.model_dump(mode="json") for row in rows])
+        return
+    out = _out()
+    if not rows:
+        out.print("No queues. Declare one in the app (Queue(name, concurrency=...)); a worker records it.")
+        return
+    table = Table("queue", "key", "waiting", "running", "admitted", "oldest waiting",
+                  title=_count(len({row.queue for row in rows}), "queue"))
+    for row in rows:
+        table.add_row(Text(row.queue if row.key is None else ""), Text(row.key or "(all)"), Text(str(row.waiting)),
+                      Text(str(row.running)), Text(str(row.admitted)),
+                      Text(age(row.oldest_waiting) if row.oldest_waiting else "-"))
+    if _fits(out, table):
+        out.print(table)
+        return
+    for row in rows:
+        _say(out, (row.queue, "bold"), f"  {row.key or '(all)'}: {row.waiting} waiting, {row.running} running, "
+             f"{row.admitted} admitted", f", oldest waiting {age(row.oldest_waiting)}" if row.oldest_waiting else "")
+
+
+@cli.command()
 @click.option("--limit", default=100, show_default=True, help="Threads listed at most.")
 @click.option("--after", metavar="NAME", help="Only threads whose name sorts after NAME (the next page).")
 @json_option
