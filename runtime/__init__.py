@@ -127,6 +127,7 @@ from ._executions.migration import (
 )
 from ._executions.query import ActorState as ActorState, query as query
 from ._executions.queues import Queue as Queue, Rate as Rate
+from ._executions.retention import Retention as Retention
 from ._executions.runner import Runner as Runner
 from ._executions.runtime import Runtime as Runtime
 from ._executions.service import Executions as Executions
@@ -164,6 +165,7 @@ __all__ = (
     "ExecutionWorker",
     "Queue",
     "Rate",
+    "Retention",
     "Executions",
     "Handoff",
     "Interrupted",

@@ -40,7 +40,7 @@ from ._models import (
     StartResult,
     ThreadSummary,
 )
-from ._protocol import Store, check_limit
+from ._protocol import Store, check_limit, prunable
 from ._queues import Candidate, Counts, admit, room, stats
 from ._watch import committed
 
@@ -567,7 +567,9 @@ class MemoryStore(Store):
         await self._enter()
         return self._runs.pop(execution_id, None) is not None
 
-    async def prune(self, *, older_than: datetime) -> int:
+    async def prune(self, *, older_than: datetime, statuses: Sequence[ExecutionStatus] | None = None,
+                    limit: int | None = None) -> int:
+        chosen = prunable(statuses, limit)
         await self._enter()
 
         def old(execution: Execution) -> bool:
@@ -575,9 +577,12 @@ class MemoryStore(Store):
 
         # A thread's runs go together, once its latest is old and finished.
         kept = {r.execution.thread for r in self._runs.values() if not old(r.execution)}
-        doomed = [i for i, r in self._runs.items()
-                  if old(r.execution) and (r.execution.thread is None or r.execution.thread not in kept)]
-        for execution_id in doomed:
+        doomed = sorted((r.execution for r in self._runs.values()
+                         if old(r.execution) and r.execution.status in chosen
+                         and (r.execution.thread is None or r.execution.thread not in kept)),
+                        key=lambda execution: execution.updated_at)
+        doomed = doomed[:limit] if limit is not None else doomed
+        for execution_id in (execution.execution_id for execution in doomed):
             del self._runs[execution_id]
         return len(doomed)
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     )
 
 from ._errors import ConfigurationError
+from ._models import FINAL_STATUSES
 from ._watch import Check, Committed, JournalWatch, Watchers
 
 SCHEMA_VERSION = 10
@@ -429,12 +430,18 @@ class Store(ABC):
         """
 
     @abstractmethod
-    async def prune(self, *, older_than: datetime) -> int:
+    async def prune(self, *, older_than: datetime, statuses: Sequence[ExecutionStatus] | None = None,
+                    limit: int | None = None) -> int:
         """Delete finished executions last updated before ``older_than``.
 
         Never touches a running or paused execution. The runs of a thread are kept
         while any of them is not old enough (each run reads the conversation of the
-        ones before it): they go together. Returns how many were deleted.
+        ones before it): they go together. ``statuses``: only those of these final
+        statuses; ``limit``: at most that many, the oldest first, so that a large
+        cleanup goes in small transactions. Returns how many were deleted.
+
+        Raises:
+            ConfigurationError: ``statuses`` names one that is not final, or ``limit`` is below 1.
         """
 
     async def check(self) -> list[str]:
@@ -602,3 +609,16 @@ def check_limit(limit: int | None) -> None:
 
 async def _always() -> bool:
     return True
+
+
+def prunable(statuses: Sequence[str] | None, limit: int | None) -> list[str]:
+    """The final statuses a prune may delete, checked (and its ``limit``)."""
+    if limit is not None and limit < 1:
+        raise ConfigurationError(f"limit={limit}: prune at least 1 execution per call, or None for all.")
+    if statuses is None:
+        return sorted(FINAL_STATUSES)
+    wrong = [status for status in statuses if status not in FINAL_STATUSES]
+    if wrong:
+        raise ConfigurationError(f"Cannot prune {wrong!r}: only finished executions go, "
+                                 f"of {', '.join(sorted(FINAL_STATUSES))}.")
+    return list(statuses)

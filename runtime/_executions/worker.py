@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from tether.runtime._core.execution import RunResult
     from tether.stores import Lease, Listener, Store
 
+    from .retention import Retention
     from .runner import Runner
 
 log = logging.getLogger("tether.runtime.worker")
@@ -89,6 +90,7 @@ class ExecutionWorker:
         notify: bool = True,
         clock: Callable[[], datetime] | None = None,
         queues: Sequence[Queue] | None = None,
+        retention: Retention | None = None,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError(f"concurrency={concurrency}: a worker runs at least one execution at a time.")
@@ -97,6 +99,8 @@ class ExecutionWorker:
         self.store = store
         self.queues: list[Queue] | None = None if queues is None else list(queues)
         """The queues whose executions it takes, by their limits (default: every queue declared in the process)."""
+        self.retention = retention
+        """What it prunes in the background, every ``retention.every`` (None: nothing)."""
         self.runners: list[Runner] = list(runners)
         self._roots = [runner.root_path for runner in self.runners]
         # A run that started on a version is taken only by a worker with that version: during a
@@ -159,6 +163,11 @@ class ExecutionWorker:
         # One runtime for all of serve hosts every run it takes; each run's tree is its own.
         async with Runtime(self.store, lease_seconds=self.lease_seconds, clock=self.clock) as self._runtime, \
                 anyio.create_task_group() as tg:
+            if self.retention is not None:
+                if until_idle:
+                    await self._retain(self.retention)  # once, before the work: a batch job cleans up as it goes
+                else:
+                    tg.start_soon(self._retain_every, self.retention)
             while not self._stopping:
                 taken = await self._take(tg)
                 if until_idle and not taken and not self._running:
@@ -193,6 +202,20 @@ class ExecutionWorker:
             self._running.add(lease.execution_id)
             tg.start_soon(self._run, lease)
         return len(leases)
+
+    async def _retain_every(self, retention: Retention) -> None:
+        while True:
+            await self._retain(retention)
+            await anyio.sleep(retention.every.total_seconds())
+
+    async def _retain(self, retention: Retention) -> None:
+        try:
+            deleted = await retention.apply(self.store, now=self._runtime.hooks.now if self._runtime else self.clock)
+        except StoreError as exc:  # the database is away: the next period tries again
+            log.warning("worker %s could not apply its retention policy: %s", self.name, exc)
+            return
+        if deleted:
+            log.info("worker %s pruned %d finished executions (%r)", self.name, deleted, retention)
 
     async def _count_pending(self) -> None:
         """What the pending-interrupt gauges report: counted at most once a poll interval."""

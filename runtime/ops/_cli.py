@@ -38,6 +38,7 @@ from rich.table import Table
 from rich.text import Text
 from tether.runtime._core.version import __version__
 from tether.runtime._executions.query import query
+from tether.runtime._executions.retention import Retention
 from tether.stores import (
     AlreadyResumed,
     LeaseHeld,
@@ -52,6 +53,7 @@ from ._operator import Operator, Timeline, age, load_app, parse_assignments, par
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator, Sequence
+    from datetime import timedelta
 
     from tether.runtime._core.execution import RunResult
     from tether.runtime._executions.stream import Until
@@ -765,20 +767,24 @@ def serve(settings: Settings, app: str | None, host: str, port: int, token: str 
 @click.option("--grace", default=30.0, show_default=True,
               help="On SIGTERM, seconds to let running executions finish before handing them back.")
 @click.option("--no-notify", is_flag=True, help="Poll only; do not LISTEN for Postgres notifications.")
+@click.option("--retain", "retain", multiple=True, metavar="STATUS=AGE",
+              help="Prune finished executions of STATUS older than AGE in the background (repeatable): "
+                   "completed=30d, failed=90d.")
 @store_options
 @pass_settings
 def worker(settings: Settings, app: str, concurrency: int, lease_seconds: float, poll_interval: float,
-           grace: float, no_notify: bool) -> None:
+           grace: float, no_notify: bool, retain: tuple[str, ...]) -> None:
     """Run ready executions until SIGTERM: decided, due, detached, or left by a dead process."""
     from tether.runtime._executions.worker import ExecutionWorker
 
+    retention = _retention(retain)
     runners = load_app(app)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     async def main() -> None:
         async with open_store(settings.store) as store, ExecutionWorker(
             store, runners, concurrency=concurrency, lease_seconds=lease_seconds, poll_interval=poll_interval,
-            notify=not no_notify,
+            notify=not no_notify, retention=retention,
         ) as running:
             logging.getLogger("tether.runtime.worker").info(
                 "worker %s on %s for %s", running.name, settings.store, ", ".join(r.root_path for r in runners))
@@ -788,6 +794,21 @@ def worker(settings: Settings, app: str, concurrency: int, lease_seconds: float,
                 tg.cancel_scope.cancel()
 
     anyio.run(main, backend=settings.backend)
+
+
+def _retention(retain: tuple[str, ...]) -> Retention | None:
+    """``--retain completed=30d`` options as a policy (None when there are none)."""
+    if not retain:
+        return None
+    ages: dict[str, timedelta] = {}
+    for option in retain:
+        status, _, age = option.partition("=")
+        if status not in ("completed", "failed", "cancelled", "timed_out") or not age:
+            raise click.UsageError(f"--retain {option!r}: write STATUS=AGE, STATUS one of completed, failed, "
+                                   f"cancelled, timed_out, e.g. --retain completed=30d.")
+        ages[status] = parse_duration(age)
+    return Retention(completed=ages.get("completed"), failed=ages.get("failed"),
+                     cancelled=ages.get("cancelled"), timed_out=ages.get("timed_out"))
 
 
 async def _stop_on_signal(running: Any) -> None:

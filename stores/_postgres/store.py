@@ -54,7 +54,7 @@ from .._models import (
     StartResult,
     ThreadSummary,
 )
-from .._protocol import SCHEMA_VERSION, check_limit, version_pairs
+from .._protocol import SCHEMA_VERSION, check_limit, prunable, version_pairs
 from .._queues import Candidate, Counts, admit, fetch_size, room, stats
 from .._watch import committed
 from .pool import ConnectionPool, connect_detached, finish_detached
@@ -1197,22 +1197,26 @@ class PostgresStore(DriverStore):
         )
         return bool(rows[0]["n"])
 
-    async def prune(self, *, older_than: datetime) -> int:
+    async def prune(self, *, older_than: datetime, statuses: Sequence[ExecutionStatus] | None = None,
+                    limit: int | None = None) -> int:
+        chosen = prunable(statuses, limit)
         rows = await self._fetch(
             f"""WITH doomed AS (
-                DELETE FROM tether_executions
-                WHERE status IN {_FINAL_SQL} AND updated_at < $1
-                  -- a thread's runs go together, once its latest is old and finished
-                  AND (thread IS NULL OR thread NOT IN (
-                      SELECT k.thread FROM tether_executions k WHERE k.thread IS NOT NULL
-                      AND (k.status NOT IN {_FINAL_SQL} OR k.updated_at >= $1)))
+                DELETE FROM tether_executions WHERE id IN (
+                    SELECT id FROM tether_executions
+                    WHERE status IN {_FINAL_SQL} AND status = ANY($2::text[]) AND updated_at < $1
+                      -- a thread's runs go together, once its latest is old and finished
+                      AND (thread IS NULL OR thread NOT IN (
+                          SELECT k.thread FROM tether_executions k WHERE k.thread IS NOT NULL
+                          AND (k.status NOT IN {_FINAL_SQL} OR k.updated_at >= $1)))
+                    ORDER BY updated_at LIMIT $3)
                 RETURNING id
             ),
             j AS (DELETE FROM tether_journal WHERE execution_id IN (SELECT id FROM doomed)),
             p AS (DELETE FROM tether_pending WHERE execution_id IN (SELECT id FROM doomed)),
             i AS (DELETE FROM tether_idempotency WHERE execution_id IN (SELECT id FROM doomed))
             SELECT count(*) AS n FROM doomed""",
-            older_than, write=True,
+            older_than, chosen, limit, write=True,
         )
         return int(rows[0]["n"])
 

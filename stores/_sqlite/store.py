@@ -55,7 +55,7 @@ from .._models import (
     StartResult,
     ThreadSummary,
 )
-from .._protocol import check_limit, version_pairs
+from .._protocol import check_limit, prunable, version_pairs
 from .._queues import Candidate, Counts, admit, fetch_size, room, stats
 from .._watch import committed
 from . import _aiosqlite
@@ -965,8 +965,10 @@ class SQLiteStore(DriverStore):
 
         return await self._write(fn)
 
-    async def prune(self, *, older_than: datetime) -> int:
+    async def prune(self, *, older_than: datetime, statuses: Sequence[ExecutionStatus] | None = None,
+                    limit: int | None = None) -> int:
         cutoff = to_us(older_than)
+        chosen = _json.dumps(prunable(statuses, limit))
 
         # A thread's runs go together, once its latest is old and finished: each run
         # reads the conversation of the ones before it.
@@ -975,10 +977,13 @@ class SQLiteStore(DriverStore):
                f"AND (k.status NOT IN {FINAL_SQL} OR k.updated_at >= :cutoff)))")
 
         def fn(db: sqlite3.Connection, now: int) -> int:
-            doomed = f"SELECT id FROM tether_executions WHERE {old}"
+            ids = _json.dumps([row[0] for row in db.execute(
+                f"SELECT id FROM tether_executions WHERE {old} AND status IN (SELECT value FROM json_each(:chosen)) "
+                "ORDER BY updated_at LIMIT :limit", {"cutoff": cutoff, "chosen": chosen, "limit": limit or -1})])
             for table in ("tether_journal", "tether_pending", "tether_idempotency"):
-                db.execute(f"DELETE FROM {table} WHERE execution_id IN ({doomed})", {"cutoff": cutoff})
-            return db.execute(f"DELETE FROM tether_executions WHERE {old}", {"cutoff": cutoff}).rowcount
+                db.execute(f"DELETE FROM {table} WHERE execution_id IN (SELECT value FROM json_each(?))", (ids,))
+            return db.execute("DELETE FROM tether_executions WHERE id IN (SELECT value FROM json_each(?))",
+                              (ids,)).rowcount
 
         return await self._write(fn)
 

@@ -41,3 +41,9 @@ def test_tether_queues_shows_each_queue_and_key(tether: Tether, url: str) -> Non
     rows = {(row["queue"], row["key"]): (row["waiting"], row["running"], row["admitted"]) for row in json.loads(out)}
     assert rows == {("llm", None): (2, 1, 1), ("llm", "tenant-7"): (1, 1, 1), ("llm", "tenant-8"): (1, 0, 0),
                     ("spare", None): (0, 0, 0)}
+
+
+def test_a_worker_refuses_a_retention_it_cannot_read(tether: Tether) -> None:
+    code, _, err = tether("worker", "--app", "tests.operator._queue_app:runners", "--retain", "paused=30d")
+    assert code == 2
+    assert "--retain 'paused=30d': write STATUS=AGE" in err
