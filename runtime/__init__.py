@@ -130,6 +130,7 @@ from ._executions.queues import Queue as Queue, Rate as Rate
 from ._executions.retention import Retention as Retention
 from ._executions.runner import Runner as Runner
 from ._executions.runtime import Runtime as Runtime
+from ._executions.schedules import Schedule as Schedule
 from ._executions.service import Executions as Executions
 from ._executions.stream import EventStream as EventStream, events as events
 from ._executions.worker import ExecutionWorker as ExecutionWorker, serve_executions as serve_executions
@@ -166,6 +167,7 @@ __all__ = (
     "Queue",
     "Rate",
     "Retention",
+    "Schedule",
     "Executions",
     "Handoff",
     "Interrupted",

@@ -31,6 +31,7 @@ from ._errors import (
 from ._memory import MemoryStore as MemoryStore
 from ._models import (
     MAX_PRIORITY as MAX_PRIORITY,
+    CatchUp as CatchUp,
     EntryKind as EntryKind,
     Execution as Execution,
     ExecutionStatus as ExecutionStatus,
@@ -44,6 +45,7 @@ from ._models import (
     PendingInterrupt as PendingInterrupt,
     QueueLimits as QueueLimits,
     QueueStats as QueueStats,
+    ScheduleRow as ScheduleRow,
     StartResult as StartResult,
     ThreadSummary as ThreadSummary,
 )
@@ -57,6 +59,7 @@ __all__ = (
     "MAX_PRIORITY",
     "SCHEMA_VERSION",
     "AlreadyResumed",
+    "CatchUp",
     "ConfigurationError",
     "DuplicateInterrupt",
     "EntryKind",
@@ -81,6 +84,7 @@ __all__ = (
     "PostgresStore",
     "QueueLimits",
     "QueueStats",
+    "ScheduleRow",
     "SQLiteStore",
     "SchemaVersionError",
     "SerializationError",

@@ -37,6 +37,7 @@ from ._models import (
     PendingInterrupt,
     QueueLimits,
     QueueStats,
+    ScheduleRow,
     StartResult,
     ThreadSummary,
 )
@@ -83,6 +84,7 @@ class MemoryStore(Store):
     def __init__(self) -> None:
         self._runs: dict[str, _Run] = {}
         self._queues: dict[str, QueueLimits] = {}
+        self._schedules: dict[str, ScheduleRow] = {}
         self._admitted: dict[str, float] = {}
         """When each execution's queue first admitted it."""
         self._closed = False
@@ -226,6 +228,35 @@ class MemoryStore(Store):
         since = now.timestamp() - (limits.rate_seconds or 60.0)
         return sum(1 for execution_id, at in self._admitted.items()
                    if at > since and execution_id in self._runs and self._runs[execution_id].execution.queue == queue)
+
+    async def declare_schedule(self, schedule: ScheduleRow) -> ScheduleRow:
+        await self._enter()
+        known = self._schedules.get(schedule.name)
+        if known is not None:
+            schedule = schedule.model_copy(update={"paused": known.paused, "last_tick": known.last_tick})
+        self._schedules[schedule.name] = schedule
+        return schedule
+
+    async def list_schedules(self) -> list[ScheduleRow]:
+        await self._enter()
+        return [self._schedules[name] for name in sorted(self._schedules)]
+
+    async def advance_schedule(self, name: str, *, seen: datetime, to: datetime) -> bool:
+        await self._enter()
+        known = self._schedules.get(name)
+        if known is None or known.last_tick != seen:
+            return False
+        self._schedules[name] = known.model_copy(update={"last_tick": to})
+        return True
+
+    async def pause_schedule(self, name: str, *, paused: bool, now: datetime) -> ScheduleRow | None:
+        await self._enter()
+        known = self._schedules.get(name)
+        if known is None:
+            return None
+        last = known.last_tick if paused else max(known.last_tick, now)
+        self._schedules[name] = known.model_copy(update={"paused": paused, "last_tick": last})
+        return self._schedules[name]
 
     async def queue_stats(self) -> list[QueueStats]:
         await self._enter()

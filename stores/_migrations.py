@@ -130,6 +130,17 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             updated_at INTEGER NOT NULL
         )""",
     ],
+    [
+        # Version 11: schedules. A row per schedule: what it starts, its cron and zone, and the
+        # last tick started, which workers move on with a compare-and-set.
+        """CREATE TABLE tether_schedules (
+            name TEXT PRIMARY KEY,
+            definition TEXT NOT NULL,
+            paused INTEGER NOT NULL DEFAULT 0,
+            last_tick INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL
+        )""",
+    ],
 ]
 
 POSTGRES_MIGRATIONS: list[list[str]] = [
@@ -266,6 +277,16 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
             rate_limit integer,
             rate_seconds double precision,
             priority boolean NOT NULL,
+            updated_at timestamptz NOT NULL
+        )""",
+    ],
+    [
+        # Version 11: as for SQLite, schedules.
+        """CREATE TABLE tether_schedules (
+            name text PRIMARY KEY,
+            definition json NOT NULL,
+            paused boolean NOT NULL DEFAULT false,
+            last_tick timestamptz NOT NULL,
             updated_at timestamptz NOT NULL
         )""",
     ],

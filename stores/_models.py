@@ -91,6 +91,32 @@ class QueueLimits(_Row):
     """Whether executions may have a priority (else all have 0, and the oldest goes first)."""
 
 
+CatchUp = Literal["skip", "latest", "all"]
+"""What a schedule starts for the ticks it missed while no worker ran: none, the last, or each."""
+
+
+class ScheduleRow(_Row):
+    """A schedule as the store keeps it: what it starts, when, and the last tick it started."""
+
+    name: Text = Field(min_length=1, max_length=200)
+    cron: Text = Field(min_length=1, max_length=200)
+    tz: Text = Field(min_length=1, max_length=100)
+    catch_up: CatchUp = "skip"
+    runner: Text = Field(min_length=1)
+    root_path: Text = Field(min_length=1)
+    fingerprint: Text = ""
+    version: Text = ""
+    input: Json = None
+    queue: Text | None = None
+    paused: bool = False
+    last_tick: datetime
+    """The last tick started (or, for a new schedule, when it was declared): the next is after it."""
+
+    def definition(self) -> dict[str, JsonValue]:
+        """What a store keeps as the schedule's definition: all but its name and state."""
+        return self.model_dump(mode="json", exclude={"name", "paused", "last_tick"})
+
+
 class QueueStats(_Row):
     """One queue and key as `tether queues` shows it."""
 

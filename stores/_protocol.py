@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         PendingInterrupt,
         QueueLimits,
         QueueStats,
+        ScheduleRow,
         StartResult,
         ThreadSummary,
     )
@@ -39,7 +40,7 @@ from ._errors import ConfigurationError
 from ._models import FINAL_STATUSES
 from ._watch import Check, Committed, JournalWatch, Watchers
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 """The schema version this release writes; `setup()` migrates older databases to it."""
 
 
@@ -158,6 +159,30 @@ class Store(ABC):
     @abstractmethod
     async def queue_stats(self) -> list[QueueStats]:
         """Each declared queue's waiting, running and admitted executions, by key (key None: the whole queue)."""
+
+    @abstractmethod
+    async def declare_schedule(self, schedule: ScheduleRow) -> ScheduleRow:
+        """Record a schedule's definition and return the row as stored.
+
+        A new schedule is stored as given (its ``last_tick``: from when it counts).
+        A known one takes the new definition and keeps its ``last_tick`` and
+        ``paused``: redeclaring it (each worker does, at start) never re-runs a tick.
+        """
+
+    @abstractmethod
+    async def list_schedules(self) -> list[ScheduleRow]:
+        """Every schedule recorded, by name."""
+
+    @abstractmethod
+    async def advance_schedule(self, name: str, *, seen: datetime, to: datetime) -> bool:
+        """Move the schedule's ``last_tick`` from ``seen`` to ``to``; False if it was not ``seen`` (another moved it)."""
+
+    @abstractmethod
+    async def pause_schedule(self, name: str, *, paused: bool, now: datetime) -> ScheduleRow | None:
+        """Pause or resume a schedule; resumed, it counts from ``now`` (what came due while paused is skipped).
+
+        Returns the row, or None when no schedule has that name.
+        """
 
     @abstractmethod
     async def request_cancel(self, execution_id: str, *, by: str, reason: str) -> Execution | None:

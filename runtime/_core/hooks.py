@@ -22,7 +22,9 @@ SIGKILLs itself, read once when the process starts:
   path such as ``chain:refund/node:charge``);
 - ``before_record``: an ``@idempotent`` function returned (its side effect is
   done) and its record is not written yet;
-- ``fork_started``: a fork's execution row committed, its journal not written yet.
+- ``fork_started``: a fork's execution row committed, its journal not written yet;
+- ``after_tick``: a worker recorded the execution of a schedule's tick, and has not
+  moved the schedule past the tick yet.
 """
 
 from __future__ import annotations

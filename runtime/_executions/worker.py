@@ -40,6 +40,8 @@ from tether.stores import (
 from .queues import Queue, declared_queues
 from .runner import runner_for
 from .runtime import Runtime
+from .schedules import Schedule, declared_schedules, due, tick_execution
+from .service import Executions
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -91,6 +93,7 @@ class ExecutionWorker:
         clock: Callable[[], datetime] | None = None,
         queues: Sequence[Queue] | None = None,
         retention: Retention | None = None,
+        schedules: Sequence[Schedule] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError(f"concurrency={concurrency}: a worker runs at least one execution at a time.")
@@ -99,6 +102,8 @@ class ExecutionWorker:
         self.store = store
         self.queues: list[Queue] | None = None if queues is None else list(queues)
         """The queues whose executions it takes, by their limits (default: every queue declared in the process)."""
+        self.schedules: list[Schedule] | None = None if schedules is None else list(schedules)
+        """The schedules it starts ticks of (default: every schedule declared in the process)."""
         self.retention = retention
         """What it prunes in the background, every ``retention.every`` (None: nothing)."""
         self.runners: list[Runner] = list(runners)
@@ -134,6 +139,11 @@ class ExecutionWorker:
                 self.queues = declared_queues()
             for queue in self.queues:  # the limits its claims read, as this process declares them
                 await self.store.declare_queue(queue.limits)
+            if self.schedules is None:
+                self.schedules = declared_schedules()
+            now = (self.clock or installed().now)()
+            for schedule in self.schedules:  # a new one counts from now; a known one keeps its last tick
+                await self.store.declare_schedule(schedule.row(last_tick=now))
             await self._listen()
             self._slot = stack.pop_all()
         return self
@@ -185,6 +195,8 @@ class ExecutionWorker:
         """Decide due deadlines, then lease as many ready executions as there is room for."""
         try:
             await self._fire_deadlines()
+            if self.schedules:
+                await self._fire_schedules()
             if telemetry.active is not None:
                 await self._count_pending()
             free = self.concurrency - len(self._running)
@@ -202,6 +214,24 @@ class ExecutionWorker:
             self._running.add(lease.execution_id)
             tg.start_soon(self._run, lease)
         return len(leases)
+
+    async def _fire_schedules(self) -> None:
+        """Start the executions of the ticks that came, then move each schedule on past them."""
+        now = self._runtime.hooks.now() if self._runtime else (self.clock or installed().now)()
+        ours = {schedule.name for schedule in self.schedules or ()}
+        executions = Executions(self.store)
+        for row in await self.store.list_schedules():
+            if row.name not in ours or row.paused:
+                continue
+            ticks, passed = due(row, now)
+            if passed is None:
+                continue
+            for tick in ticks:
+                await executions.enqueue(tick_execution(row, tick))  # an id per tick: started once, by whoever
+                (self._runtime.hooks if self._runtime else installed()).faults.reached("after_tick")
+            if await self.store.advance_schedule(row.name, seen=row.last_tick, to=passed) and ticks:
+                log.info("worker %s started %s for %d tick(s) of schedule %s", self.name,
+                         ", ".join(tick_execution(row, tick).execution_id for tick in ticks), len(ticks), row.name)
 
     async def _retain_every(self, retention: Retention) -> None:
         while True:

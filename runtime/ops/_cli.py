@@ -26,6 +26,7 @@ import os
 import shlex
 import signal
 import sys
+from datetime import UTC, datetime
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -225,6 +226,94 @@ def executions(settings: Settings, status: str | None, limit: int, as_json: bool
     for row, decision in rows:
         _say(out, (row.execution_id, "bold"), f"  {row.root_path}  ", *_status(row, decision),
              f"  updated {age(row.updated_at)} ago")
+
+
+@cli.group(invoke_without_command=True)
+@json_option
+@store_options
+@pass_settings
+@click.pass_context
+def schedules(context: click.Context, settings: Settings, as_json: bool) -> None:
+    """Schedules: their cron, zone, last tick and next; pause, resume or trigger one."""
+    if context.invoked_subcommand is not None:
+        return
+    rows = settings.run(lambda op: op.store.list_schedules())
+    if as_json:
+        _print_json([{**row.model_dump(mode="json"), "next_tick": _next_tick(row)} for row in rows])
+        return
+    out = _out()
+    if not rows:
+        out.print("No schedules. Declare one in the app (Schedule(name, cron=..., runner=...)); a worker records it.")
+        return
+    table = Table("schedule", "cron", "zone", "runs", "last tick", "next tick", "state",
+                  title=_count(len(rows), "schedule"))
+    for row in rows:
+        table.add_row(Text(row.name), Text(row.cron), Text(row.tz), Text(row.root_path),
+                      Text(row.last_tick.isoformat(timespec="seconds")), Text(_next_tick(row) or "-"),
+                      Text("paused" if row.paused else "active"))
+    if _fits(out, table):
+        out.print(table)
+        return
+    for row in rows:
+        _say(out, (row.name, "bold"), f"  {row.cron} ({row.tz}) starts {row.root_path}; next {_next_tick(row)}",
+             "  paused" if row.paused else "")
+
+
+def _next_tick(row: Any) -> str | None:
+    from zoneinfo import ZoneInfo
+
+    from cronsim import CronSim
+
+    if row.paused:
+        return None
+    later = max(row.last_tick, datetime.now(UTC))
+    return next(iter(CronSim(row.cron, later.astimezone(ZoneInfo(row.tz))))).isoformat(timespec="seconds")
+
+
+@schedules.command("pause")
+@click.argument("name")
+@store_options
+@pass_settings
+def pause_schedule(settings: Settings, name: str) -> None:
+    """Start no more ticks of the schedule NAME, until it is resumed."""
+    _pause(settings, name, paused=True)
+
+
+@schedules.command("resume")
+@click.argument("name")
+@store_options
+@pass_settings
+def resume_schedule(settings: Settings, name: str) -> None:
+    """Start the ticks of the schedule NAME again, from now: those that came while it was paused are skipped."""
+    _pause(settings, name, paused=False)
+
+
+def _pause(settings: Settings, name: str, *, paused: bool) -> None:
+    row = settings.run(lambda op: op.store.pause_schedule(name, paused=paused, now=datetime.now(UTC)))
+    if row is None:
+        raise click.ClickException(f"No schedule {name!r} in {settings.store}: `tether schedules` lists them.")
+    _say(_out(), f"Schedule {name} is {'paused' if paused else 'active again, counting from now'}.")
+
+
+@schedules.command()
+@click.argument("name")
+@store_options
+@pass_settings
+def trigger(settings: Settings, name: str) -> None:
+    """Start one execution of the schedule NAME now, for a worker to run."""
+    from tether.runtime._executions.schedules import tick_execution
+    from tether.runtime._executions.service import Executions
+
+    async def start(op: Operator) -> str:
+        row = next((r for r in await op.store.list_schedules() if r.name == name), None)
+        if row is None:
+            raise click.ClickException(f"No schedule {name!r} in {settings.store}: `tether schedules` lists them.")
+        new = tick_execution(row, None, now=datetime.now(UTC))
+        await Executions(op.store).enqueue(new)
+        return new.execution_id
+
+    execution_id = settings.run(start)
+    _say(_out(), "Started ", (execution_id, "bold"), ": a worker with its runner runs it.")
 
 
 @cli.command()

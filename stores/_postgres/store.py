@@ -51,6 +51,7 @@ from .._models import (
     PendingInterrupt,
     QueueLimits,
     QueueStats,
+    ScheduleRow,
     StartResult,
     ThreadSummary,
 )
@@ -120,6 +121,11 @@ def _execution(row: asyncpg.Record) -> Execution:
         queue_key=row["queue_key"],
         priority=row["priority"],
     )
+
+
+def _schedule(row: asyncpg.Record) -> ScheduleRow:
+    return ScheduleRow(name=row["name"], paused=row["paused"], last_tick=row["last_tick"],
+                       **_json.loads(row["definition"]))
 
 
 def _lease(execution_id: str, owner: str, row: asyncpg.Record) -> Lease:
@@ -653,6 +659,34 @@ class PostgresStore(DriverStore):
                             owner, float(lease_seconds), taken))
 
         return [_lease(r["id"], owner, r) for r in await self._run(op_fn)]
+
+    async def declare_schedule(self, schedule: ScheduleRow) -> ScheduleRow:
+        definition = _json.dumps(schedule.definition(), what="the schedule's input")
+        rows = await self._fetch(
+            "INSERT INTO tether_schedules (name, definition, paused, last_tick, updated_at) "
+            "VALUES ($1, $2::json, $3, $4, now()) ON CONFLICT (name) DO UPDATE SET "
+            "definition = excluded.definition, updated_at = excluded.updated_at "
+            "RETURNING name, definition, paused, last_tick",
+            schedule.name, definition, schedule.paused, schedule.last_tick, write=True,
+        )
+        return _schedule(rows[0])
+
+    async def list_schedules(self) -> list[ScheduleRow]:
+        rows = await self._fetch("SELECT name, definition, paused, last_tick FROM tether_schedules ORDER BY name")
+        return [_schedule(row) for row in rows]
+
+    async def advance_schedule(self, name: str, *, seen: datetime, to: datetime) -> bool:
+        rows = await self._fetch(
+            "UPDATE tether_schedules SET last_tick = $3, updated_at = now() WHERE name = $1 AND last_tick = $2 "
+            "RETURNING 1", name, seen, to, write=True)
+        return bool(rows)
+
+    async def pause_schedule(self, name: str, *, paused: bool, now: datetime) -> ScheduleRow | None:
+        rows = await self._fetch(
+            "UPDATE tether_schedules SET paused = $2, updated_at = now(), "
+            "last_tick = CASE WHEN $2 THEN last_tick ELSE greatest(last_tick, $3) END "
+            "WHERE name = $1 RETURNING name, definition, paused, last_tick", name, paused, now, write=True)
+        return _schedule(rows[0]) if rows else None
 
     async def queue_stats(self) -> list[QueueStats]:
         rows = await self._fetch(

@@ -52,6 +52,7 @@ from .._models import (
     PendingInterrupt,
     QueueLimits,
     QueueStats,
+    ScheduleRow,
     StartResult,
     ThreadSummary,
 )
@@ -495,6 +496,45 @@ class SQLiteStore(DriverStore):
                 ).fetchone()
                 leases.append(_lease(row[0], owner, row[1], expires, row[2], row[3]))
             return leases
+
+        return await self._write(fn)
+
+    async def declare_schedule(self, schedule: ScheduleRow) -> ScheduleRow:
+        definition = _json.dumps(schedule.definition(), what="the schedule's input")
+
+        def fn(db: sqlite3.Connection, now: int) -> ScheduleRow:
+            db.execute(
+                "INSERT INTO tether_schedules (name, definition, paused, last_tick, updated_at) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET definition = excluded.definition, updated_at = excluded.updated_at",
+                (schedule.name, definition, int(schedule.paused), to_us(schedule.last_tick), now),
+            )
+            return _schedule(db.execute(f"SELECT {_SCHEDULE_COLS} FROM tether_schedules WHERE name = ?",
+                                        (schedule.name,)).fetchone())
+
+        return await self._write(fn)
+
+    async def list_schedules(self) -> list[ScheduleRow]:
+        def fn(db: sqlite3.Connection) -> list[ScheduleRow]:
+            return [_schedule(row) for row in db.execute(f"SELECT {_SCHEDULE_COLS} FROM tether_schedules ORDER BY name")]
+
+        return await self._read(fn)
+
+    async def advance_schedule(self, name: str, *, seen: datetime, to: datetime) -> bool:
+        def fn(db: sqlite3.Connection, now: int) -> bool:
+            return db.execute("UPDATE tether_schedules SET last_tick = ?, updated_at = ? WHERE name = ? AND last_tick = ?",
+                              (to_us(to), now, name, to_us(seen))).rowcount == 1
+
+        return await self._write(fn)
+
+    async def pause_schedule(self, name: str, *, paused: bool, now: datetime) -> ScheduleRow | None:
+        def fn(db: sqlite3.Connection, at: int) -> ScheduleRow | None:
+            row = db.execute(
+                "UPDATE tether_schedules SET paused = ?, updated_at = ?, "
+                "last_tick = CASE WHEN ? THEN last_tick ELSE max(last_tick, ?) END "
+                f"WHERE name = ? RETURNING {_SCHEDULE_COLS}",
+                (int(paused), at, int(paused), to_us(now), name),
+            ).fetchone()
+            return None if row is None else _schedule(row)
 
         return await self._write(fn)
 
@@ -1054,6 +1094,13 @@ class SQLiteStore(DriverStore):
                 f"{problems[0]} {DAMAGE_HINT}"
             )
         return problems
+
+
+_SCHEDULE_COLS = "name, definition, paused, last_tick"
+
+
+def _schedule(row: Sequence[Any]) -> ScheduleRow:
+    return ScheduleRow(name=row[0], paused=bool(row[2]), last_tick=from_us(row[3]), **_json.loads(row[1]))
 
 
 def _queue_limits(db: sqlite3.Connection, queue: str) -> QueueLimits | None:
