@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from datetime import timedelta
 
     from pydantic import JsonValue
-    from tether.runtime import ActorContext, RunResult
+    from tether.runtime import ActorContext, Queue, RunResult
     from tether.stores import Execution, JournalEntry, Store
 
     from ._agent import Agent
@@ -163,7 +163,9 @@ class Threaded(Runner):
         return await super().run(input, execution_id=execution_id, timeout=timeout, thread=thread)
 
     async def start(self, input: Any = None, *, execution_id: str, detach: bool = True,
-                    timeout: timedelta | float | None = None, thread: str | None = None) -> RunResult:
+                    timeout: timedelta | float | None = None, thread: str | None = None,
+                    queue: str | Queue | None = None, key: str | None = None,
+                    priority: int | None = None) -> RunResult:
         """Start an execution (see `Runner.start`); with ``thread``, as the next run of that conversation.
 
         What the run continues is decided now, not when a worker takes it up.
@@ -174,7 +176,7 @@ class Threaded(Runner):
         if thread is not None and detach:  # without detach, start() is run(), which does it
             input = await self._thread_start(input, execution_id, thread)
         return await super().start(input, execution_id=execution_id, detach=detach, timeout=timeout,
-                                   thread=thread)
+                                   thread=thread, queue=queue, key=key, priority=priority)
 
     async def _thread_start(self, input: Any, execution_id: str, thread: str) -> ThreadStart:
         """The input of a new run of ``thread``: the text, and the run it continues (checked first)."""

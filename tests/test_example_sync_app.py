@@ -1,7 +1,14 @@
-"""examples/sync_app.py runs as a user runs it: a threaded WSGI server, real HTTP requests, a real store."""
+"""examples/sync_app.py runs as a user runs it: a threaded WSGI server, real HTTP requests, a real store.
+
+Its self-test runs on SQLite and Postgres, with the runtime's loop on asyncio and
+on trio: four runs of the script as ``__main__``, one after the other in one
+Python process (``python -W error``), so the four share one start-up.
+"""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 import uuid
@@ -18,38 +25,61 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "sync_app.py"
+RUNS = [(kind, backend) for kind in ("sqlite", "postgres") for backend in ("asyncio", "trio")]
+
+# Runs the script as `python SCRIPT ARGS...` would, once per ARGS, and says after each how it exited.
+RUN_EACH = r"""
+import json, runpy, sys
+script = sys.argv[1]
+for n, args in enumerate(json.loads(sys.argv[2])):
+    sys.argv = [script, *args]
+    try:
+        runpy.run_path(script, run_name="__main__")
+        code = 0
+    except SystemExit as exit:
+        code = exit.code
+    print(f"=== run {n} exited {code!r} ===", flush=True)
+"""
+ENDED = re.compile(r"^=== run (\d+) exited (.*) ===\n", re.MULTILINE)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'app.db'}"
-        return
+@pytest.fixture
+def urls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]:
+    """A fresh store for each of RUNS: a SQLite file, or a Postgres schema of its own (dropped after)."""
     dsn: str = request.getfixturevalue("postgres_dsn")
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    yield f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
-    admin_sql(dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    schemas = [f"t_{uuid.uuid4().hex[:12]}" for _ in RUNS]
+    yield [f"sqlite:///{tmp_path / f'app-{n}.db'}" if kind == "sqlite" else
+           f"{dsn}{'&' if '?' in dsn else '?'}schema={schemas[n]}" for n, (kind, _) in enumerate(RUNS)]
+    for schema in schemas:
+        admin_sql(dsn, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_the_sync_app_selftest(url: str, backend: str) -> None:
-    done = subprocess.run([sys.executable, "-W", "error", str(EXAMPLE), "--selftest", "--store", url,
-                           "--backend", backend], capture_output=True, text=True, timeout=120, check=False)
+def test_the_sync_app_selftest(urls: list[str]) -> None:
+    runs = [["--selftest", "--store", url, "--backend", backend] for url, (_, backend) in zip(urls, RUNS, strict=True)]
+    done = subprocess.run([sys.executable, "-W", "error", "-c", RUN_EACH, str(EXAMPLE), json.dumps(runs)],
+                          capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "BAD" not in done.stdout
-    assert "3 won, 3 got 409" in done.stdout
-    assert done.stdout.rstrip().endswith("all good")
+    *parts, rest = ENDED.split(done.stdout)  # each run's output, its number and its exit code, in turn
+    assert rest == "", done.stdout
+    outputs, numbers, codes = parts[0::3], parts[1::3], parts[2::3]
+    assert numbers == [str(n) for n in range(len(RUNS))], done.stdout + done.stderr
+    for (kind, backend), url, said, code in zip(RUNS, urls, outputs, codes, strict=True):
+        where = f"{kind} on {backend}"
+        assert code == "0", f"{where}: exited {code}\n{said}{done.stderr}"
+        assert "BAD" not in said, f"{where}:\n{said}"
+        assert "3 won, 3 got 409" in said, f"{where}:\n{said}"
+        assert said.rstrip().endswith("all good"), f"{where}:\n{said}"
 
-    async def read() -> tuple[list[Any], list[Any]]:
-        async with open_store(url) as store:
-            return await store.list_executions(limit=100), await store.list_pending()
+        async def read(url: str = url) -> tuple[list[Any], list[Any]]:
+            async with open_store(url) as store:
+                return await store.list_executions(limit=100), await store.list_pending()
 
-    executions, pending = anyio.run(read, backend=backend)
-    assert pending == []
-    paid = {e.execution_id: (e.status, e.result["paid"], e.result["approver"]) for e in executions}
-    assert paid.keys() == {"refund-1", "refund-2", "refund-3", "refund-4"}
-    assert paid["refund-1"] == ("completed", 250, "auto")
-    for order, amount in (("2", 5000), ("3", 12_000), ("4", 40_000)):
-        status, paid_out, approver = paid[f"refund-{order}"]
-        assert (status, paid_out) == ("completed", amount)
-        assert approver in ("alice", "bob")
+        executions, pending = anyio.run(read, backend=backend)
+        assert pending == [], where
+        paid = {e.execution_id: (e.status, e.result["paid"], e.result["approver"]) for e in executions}
+        assert paid.keys() == {"refund-1", "refund-2", "refund-3", "refund-4"}, where
+        assert paid["refund-1"] == ("completed", 250, "auto"), where
+        for order, amount in (("2", 5000), ("3", 12_000), ("4", 40_000)):
+            status, paid_out, approver = paid[f"refund-{order}"]
+            assert (status, paid_out) == ("completed", amount), where
+            assert approver in ("alice", "bob"), where

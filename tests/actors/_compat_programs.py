@@ -4,10 +4,15 @@ Each builder takes the checkpointer the program would have constructed (the test
 pass SQLiteCheckpointer(path) or PostgresCheckpointer(dsn, schema=...)); the LLMs
 are scripted, the same replies in every process.
 
-    python _compat_programs.py PROGRAM EXECUTION_ID DATABASE [SCHEMA]
+    python _compat_programs.py DATABASE [SCHEMA] --call PROGRAM EXECUTION_ID [--call ...] [--logs DIR]
 
-runs a program's first, blocking call in a process of its own and prints its
-result as JSON (DATABASE: a SQLite file, or a postgresql:// DSN).
+makes each program's first, blocking call, in this process other than the one
+that resumes it, and prints each result as a line of JSON, in the order given
+(DATABASE: a SQLite file, or a postgresql:// DSN). One process makes them all,
+so the tests pay for one Python start-up, not one per program. A ``five`` call
+(five_nodes, logging to DIR/EXECUTION_ID.log) kills its process in its third
+node: each runs in a child forked before any other call (one process, one
+thread, no store open yet), and its line says how that child ended.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import json
 import os
 import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -158,14 +164,46 @@ def first_call(program: str, execution_id: str, checkpointer: Any) -> Any:
     raise SystemExit(f"no program {program!r}")
 
 
-if __name__ == "__main__":
-    name, run_id, database, *rest = sys.argv[1:]
-    store = checkpointer_for(database, *rest)
-    if name == "five":
-        outcome = five_nodes(store, Path(os.environ["FIVE_LOG"])).execute({}, execution_id=run_id)
-    else:
-        outcome = first_call(name, run_id, store)
+def described(outcome: Any) -> dict[str, Any]:
+    """A first call's result, as the script prints it."""
     pending = outcome.pending_interrupt
-    print(json.dumps({"status": outcome.status, "agent_path": pending["agent_path"] if pending else None,
-                      "attribute": pending.agent_path if pending else None,
-                      "node_id": pending["node_id"] if pending else None}))
+    return {"execution_id": outcome.execution_id, "status": outcome.status,
+            "agent_path": pending["agent_path"] if pending else None,
+            "attribute": pending.agent_path if pending else None,
+            "node_id": pending["node_id"] if pending else None}
+
+
+def crashed(execution_id: str, checkpointer: Any, logs: Path) -> dict[str, Any]:
+    """five_nodes in a forked child, which SIGKILLs itself in n3; how the child ended (-9 for SIGKILL)."""
+    pid = os.fork()
+    if pid == 0:  # the child: run, and die in n3; any other end is an exit code the test shows
+        try:
+            five_nodes(checkpointer, logs / f"{execution_id}.log").execute({}, execution_id=execution_id)
+        except BaseException:
+            traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    return {"execution_id": execution_id, "returncode": returncode}
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("database")
+    parser.add_argument("schema", nargs="?")
+    parser.add_argument("--call", nargs=2, action="append", metavar=("PROGRAM", "EXECUTION_ID"), required=True)
+    parser.add_argument("--logs", type=Path, help="where the five calls log their nodes")
+    arguments = parser.parse_args()
+    calls = [tuple(call) for call in arguments.call]
+    # The forks first, while this process has one thread and has opened no database.
+    outcomes = {run_id: crashed(run_id, checkpointer_for(arguments.database, arguments.schema), arguments.logs)
+                for name, run_id in calls if name == "five"}
+    for name, run_id in calls:
+        if name != "five":
+            store = checkpointer_for(arguments.database, arguments.schema)
+            outcomes[run_id] = described(first_call(name, run_id, store))
+    for _, run_id in calls:
+        print(json.dumps(outcomes[run_id]), flush=True)

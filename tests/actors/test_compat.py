@@ -3,18 +3,22 @@
 Each program's first call is made as its users make it, blocking, in a script of
 its own (``python _compat_programs.py ...``); the pause is then seen by ``tether
 list-pending`` and resumed from this process, on asyncio and trio, SQLite and
-Postgres.
+Postgres. The script's blocking calls run on an event loop of their own (the
+same whichever backend resumes), so one script per database and test process
+makes every first call the tests resume: one for each program and backend, each
+with an execution id of its own (see `first_calls`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -35,6 +39,11 @@ from tether.runtime.ops._cli import main as tether_main
 from tether.stores import ConfigurationError, PostgresStore, SQLiteStore, open_store
 
 from . import _compat_programs as programs
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    FirstCallsOf = Callable[[str, pytest.FixtureRequest], "FirstCalls"]
 
 PROGRAMS = Path(programs.__file__)
 
@@ -57,43 +66,86 @@ OUTPUTS = {
 }
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
-    """The program's database, as its script is told it: a SQLite file, or a DSN and a schema."""
-    if request.param == "sqlite":
-        return [str(tmp_path / "tether.db")]
-    return [request.getfixturevalue("postgres_dsn"), request.getfixturevalue("pg_schema")]
+BACKENDS = ("asyncio", "trio")
+FIRST_CALLS = [
+    *((program, f"{program}-{backend}") for program in PATHS for backend in BACKENDS),
+    *(("agent", f"job-{backend}") for backend in BACKENDS),    # two resumers race for each
+    *(("five", f"crash-{backend}") for backend in BACKENDS),   # killed in n3, in a child forked for it
+    ("agent", "cli-job"),                                      # resumed by the tether command
+]
 
 
-def url_of(database: list[str]) -> str:
-    return f"sqlite:///{database[0]}" if len(database) == 1 else f"{database[0]}?schema={database[1]}"
+@dataclass
+class FirstCalls:
+    """A database, as the script is told it (a SQLite file, or a DSN and a schema), and what the script did."""
+
+    args: list[str]
+    printed: dict[str, dict[str, Any]]
+    """Each first call's line of JSON, by its execution id."""
+    logs: Path
+    """Where the five calls logged their nodes (one file per execution id)."""
+
+    @property
+    def url(self) -> str:
+        return f"sqlite:///{self.args[0]}" if len(self.args) == 1 else f"{self.args[0]}?schema={self.args[1]}"
+
+    def log(self, execution_id: str) -> Path:
+        return self.logs / f"{execution_id}.log"
 
 
-def script(program: str, execution_id: str, database: list[str], **env: str) -> dict[str, Any]:
-    """The program's first call in a process of its own; what it printed."""
-    done = subprocess.run([sys.executable, str(PROGRAMS), program, execution_id, *database],
-                          capture_output=True, text=True, timeout=60, check=False,
-                          env={**os.environ, **env})
+def script(database: list[str], logs: Path) -> dict[str, dict[str, Any]]:
+    """Every first call of FIRST_CALLS, in one process of their own; what it printed, by execution id."""
+    calls = [arg for program, execution_id in FIRST_CALLS for arg in ("--call", program, execution_id)]
+    done = subprocess.run([sys.executable, str(PROGRAMS), *database, "--logs", str(logs), *calls],
+                          capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(done.stdout.splitlines()[-1])  # type: ignore[no-any-return]
+    printed = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line["execution_id"] for line in printed] == [execution_id for _, execution_id in FIRST_CALLS]
+    return {line["execution_id"]: line for line in printed}
+
+
+@pytest.fixture(scope="module")
+def first_calls(tmp_path_factory: pytest.TempPathFactory) -> FirstCallsOf:
+    """The script's run on a database of a kind ("sqlite", "postgres"): made once, when a test first needs it."""
+    made: dict[str, FirstCalls] = {}
+
+    def of(kind: str, request: pytest.FixtureRequest) -> FirstCalls:
+        if kind not in made:
+            folder = tmp_path_factory.mktemp(f"compat-{kind}")
+            database = [str(folder / "tether.db")] if kind == "sqlite" else \
+                [request.getfixturevalue("postgres_dsn"), f"t_{uuid.uuid4().hex[:12]}"]
+            made[kind] = FirstCalls(database, script(database, folder), folder)
+        return made[kind]
+
+    return of
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request: pytest.FixtureRequest, first_calls: FirstCallsOf) -> FirstCalls:
+    """The programs' database, on which the script has made every first call."""
+    return first_calls(request.param, request)
 
 
 @pytest.mark.parametrize("program", list(PATHS))
 async def test_program_pauses_in_its_script_and_resumes_in_another_process(
-    program: str, database: list[str], anyio_backend: str, capsys: pytest.CaptureFixture[str],
+    program: str, database: FirstCalls, anyio_backend: str, capsys: pytest.CaptureFixture[str],
 ) -> None:
     execution_id = f"{program}-{anyio_backend}"
-    paused = script(program, execution_id, database)
-    assert paused == {"status": "paused", "agent_path": PATHS[program], "attribute": PATHS[program],
-                      "node_id": "approve" if program == "chain" else None}
+    paused = database.printed[execution_id]
+    assert paused == {"execution_id": execution_id, "status": "paused", "agent_path": PATHS[program],
+                      "attribute": PATHS[program], "node_id": "approve" if program == "chain" else None}
 
     # What an operator's cron line (fastaiagent list-pending) now types.
-    command = ["list-pending", "--json", "--store", url_of(database)]
+    command = ["list-pending", "--json", "--store", database.url]
     assert await anyio.to_thread.run_sync(tether_main, command) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert [(row["execution_id"], row["agent_path"]) for row in listed] == [(execution_id, PATHS[program])]
+    rows = [(row["execution_id"], row["agent_path"]) for row in listed]
+    assert [row for row in rows if row[0] == execution_id] == [(execution_id, PATHS[program])]
+    # The others are pauses the script made too (which other tests may have resumed already).
+    made = {(e, line["agent_path"]) for e, line in database.printed.items() if line.get("status") == "paused"}
+    assert len(set(rows)) == len(rows) and set(rows) <= made
 
-    runner = BUILDERS[program](programs.checkpointer_for(*database))
+    runner = BUILDERS[program](programs.checkpointer_for(*database.args))
     result = await runner.aresume(execution_id, resume_value=Resume(approved=True, metadata={"approver": "alice"}))
     assert isinstance(result, Result)
     assert result.status == "completed"
@@ -107,15 +159,15 @@ async def test_program_pauses_in_its_script_and_resumes_in_another_process(
         await runner.aresume(execution_id, resume_value=Resume(approved=False))
 
 
-async def test_a_second_resumer_of_a_pause_gets_already_resumed(database: list[str], anyio_backend: str) -> None:
-    paused = script("agent", "job-1", database)
-    assert paused["status"] == "paused"
-    first, second = (programs.refund_agent(programs.checkpointer_for(*database)) for _ in range(2))
+async def test_a_second_resumer_of_a_pause_gets_already_resumed(database: FirstCalls, anyio_backend: str) -> None:
+    execution_id = f"job-{anyio_backend}"
+    assert database.printed[execution_id]["status"] == "paused"
+    first, second = (programs.refund_agent(programs.checkpointer_for(*database.args)) for _ in range(2))
     outcomes: list[Any] = []
 
     async def resume(agent: Agent) -> None:
         try:
-            outcomes.append(await agent.aresume("job-1", resume_value=Resume(approved=True)))
+            outcomes.append(await agent.aresume(execution_id, resume_value=Resume(approved=True)))
         except AlreadyResumed as exc:
             outcomes.append(exc)
 
@@ -125,16 +177,13 @@ async def test_a_second_resumer_of_a_pause_gets_already_resumed(database: list[s
     assert sorted(type(o).__name__ for o in outcomes) == ["AlreadyResumed", "Result"]
 
 
-async def test_a_chain_killed_in_its_third_node_resumes_there(database: list[str], anyio_backend: str,
-                                                              tmp_path: Path) -> None:
-    log = tmp_path / "nodes.log"
-    done = subprocess.run([sys.executable, str(PROGRAMS), "five", "crash-1", *database], capture_output=True,
-                          text=True, timeout=60, check=False, env={**os.environ, "FIVE_LOG": str(log)})
-    assert done.returncode == -9, done.stdout + done.stderr  # SIGKILL, in the middle of n3
+async def test_a_chain_killed_in_its_third_node_resumes_there(database: FirstCalls, anyio_backend: str) -> None:
+    execution_id, log = f"crash-{anyio_backend}", database.log(f"crash-{anyio_backend}")
+    assert database.printed[execution_id]["returncode"] == -9  # SIGKILL, in the middle of n3
     assert log.read_text().split() == ["n1", "n2", "n3"]
 
-    chain = programs.five_nodes(programs.checkpointer_for(*database), log)
-    result = await chain.aresume("crash-1")  # the next process's call: no decision, a recovery
+    chain = programs.five_nodes(programs.checkpointer_for(*database.args), log)
+    result = await chain.aresume(execution_id)  # the next process's call: no decision, a recovery
     assert result.status == "completed"
     assert result.final_state == {"done": ["n1", "n2", "n3", "n4", "n5"]}
     assert log.read_text().split() == ["n1", "n2", "n3", "n3", "n4", "n5"]  # n1 and n2 were not run again
@@ -249,17 +298,20 @@ def test_an_agent_without_a_checkpointer_runs_in_memory() -> None:
     assert agent.run("hi", execution_id="m-1").output == "hello"  # still there, in this process
 
 
-def test_the_tether_command_resumes_a_compat_program_by_its_app(tmp_path: Path) -> None:
-    app = tmp_path / "refunds_app.py"
+def test_the_tether_command_resumes_a_compat_program_by_its_app(request: pytest.FixtureRequest,
+                                                               first_calls: FirstCallsOf) -> None:
+    database = first_calls("sqlite", request)
+    folder = Path(database.args[0]).parent  # the command's default store is ./tether.db: this one
+    app = folder / "refunds_app.py"
     app.write_text(
         "import sys\n"
         f"sys.path.insert(0, {str(PROGRAMS.parent)!r})\n"
         "import _compat_programs as programs\n"
-        f"agent = programs.refund_agent(programs.SQLiteCheckpointer({str(tmp_path / 'tether.db')!r}))\n"
+        f"agent = programs.refund_agent(programs.SQLiteCheckpointer({database.args[0]!r}))\n"
     )
-    assert script("agent", "job-1", [str(tmp_path / "tether.db")])["status"] == "paused"
-    done = subprocess.run([str(Path(sys.executable).with_name("tether")), "resume", "job-1", "--set",
-                           "approved=true", "--app", "refunds_app:agent"], cwd=tmp_path, capture_output=True,
+    assert database.printed["cli-job"]["status"] == "paused"
+    done = subprocess.run([str(Path(sys.executable).with_name("tether")), "resume", "cli-job", "--set",
+                           "approved=true", "--app", "refunds_app:agent"], cwd=folder, capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "completed" in done.stdout

@@ -256,7 +256,7 @@ async def test_an_approval_gate_pauses_before_the_call(db_store: Store, http_ser
 
 async def test_a_timeout_and_a_retry(db_store: Store, http_server: HTTPServer) -> None:
     k = key()
-    sleepy = MCPTools.http(http_server.url, include=["sleepy"], timeout=0.5)
+    sleepy = MCPTools.http(http_server.url, include=["sleepy"], timeout=0.2)  # sleepy sleeps 30 s: a bound
     flaky = MCPTools.http(http_server.url, include=["flaky"], retry=RetryPolicy(max_attempts=2, initial=0.05,
                                                                                 jitter=0))
     llm = ScriptedLLM([[ToolCall("sleepy", {"seconds": 30}), ToolCall("flaky", {"key": k})], "Done."])
@@ -302,6 +302,19 @@ def crash_store(request: pytest.FixtureRequest, tmp_path: Path, anyio_backend: s
     return make_scenario(Path(__file__), request, tmp_path, anyio_backend)
 
 
+# Each backend crashes once and each store once in the default run; the other two pairs run with -m slow.
+# (Each crash costs a child process that imports the mcp package; the MCP-specific part, a journaled call
+# not sent again and an in-flight one sent again, does not depend on the store, whose takeover of a dead
+# owner's lease the crash tests of tests/actors and tests/runtime cover on both backends.)
+CRASH_RUNS = [
+    pytest.param("asyncio", "postgres", id="asyncio-postgres"),
+    pytest.param("trio", "sqlite", id="trio-sqlite"),
+    pytest.param("asyncio", "sqlite", id="asyncio-sqlite", marks=pytest.mark.slow),
+    pytest.param("trio", "postgres", id="trio-postgres", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize(("anyio_backend", "crash_store"), CRASH_RUNS, indirect=["crash_store"])
 async def test_a_crash_after_one_call_was_journaled_and_during_another(
     crash_store: Scenario, http_server: HTTPServer, anyio_backend: str
 ) -> None:
@@ -345,7 +358,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-async def test_a_server_that_cannot_start(db_store: Store) -> None:
+async def test_a_server_that_cannot_start() -> None:
     with pytest.raises(ConfigurationError, match=r"Cannot open the MCP server `/nonexistent/mcp-server` \(stdio\): "
                                                  r"FileNotFoundError"):
         async with MCPTools.stdio("/nonexistent/mcp-server").open():
@@ -354,15 +367,18 @@ async def test_a_server_that_cannot_start(db_store: Store) -> None:
     with pytest.raises(ConfigurationError, match=r"Cannot open the MCP server .*Connection closed"):
         async with dies.open():
             pass
-    silent = MCPTools.stdio(sys.executable, ["-c", "import sys; sys.stdin.read()"], open_timeout=0.5)
-    with pytest.raises(ConfigurationError, match=r"did not answer within open_timeout=0.5 s"):
+    # It never answers: the bound is how long the test waits, not a guess at how long it takes.
+    silent = MCPTools.stdio(sys.executable, ["-c", "import sys; sys.stdin.read()"], open_timeout=0.2)
+    with pytest.raises(ConfigurationError, match=r"did not answer within open_timeout=0.2 s"):
         async with silent.open():
             pass
     with pytest.raises(ConfigurationError, match=r"Cannot open the MCP server http://127\.0\.0\.1:\d+/mcp: "):
         async with MCPTools.http(f"http://127.0.0.1:{free_port()}/mcp").open():
             pass
 
-    # In a run: it fails with that error before the LLM is asked anything.
+
+async def test_a_run_whose_server_cannot_start_fails_before_the_llm_is_asked(db_store: Store) -> None:
+    dies = MCPTools.stdio(sys.executable, ["-c", "import sys; sys.exit(3)"])
     llm = ScriptedLLM(["never"])
     result = await Agent(name="broken", llm=llm, tools=[dies], store=db_store).run("Hi.", execution_id="broken")
     assert result.status == "failed"
@@ -370,20 +386,11 @@ async def test_a_server_that_cannot_start(db_store: Store) -> None:
     assert llm.calls == 0
 
 
-async def test_names_that_do_not_fit(db_store: Store, http_server: HTTPServer) -> None:
+async def test_names_that_do_not_fit(http_server: HTTPServer) -> None:
     with pytest.raises(ConfigurationError, match=r"names 'nope', which the MCP server .* does not offer; "
                                                  r"it offers: add, crash, fail, .*"):
         async with MCPTools.http(http_server.url, include=["add", "nope"]).open():
             pass
-
-    def note(key: str) -> str:
-        return key
-
-    llm = ScriptedLLM(["never"])
-    agent = Agent(name="clash", llm=llm, tools=[note, MCPTools.http(http_server.url)], store=db_store)
-    result = await agent.run("Hi.", execution_id="clash")
-    assert result.status == "failed"
-    assert result.error is not None and "offers a tool named 'note', and the agent has one" in result.error
 
     # Exceptions raised while the tools are open come out as they are, not in a group.
     listed: list[str] = []
@@ -396,6 +403,18 @@ async def test_names_that_do_not_fit(db_store: Store, http_server: HTTPServer) -
     with pytest.raises(KeyError, match="inside"):
         await list_then_fail()
     assert listed == ["note"]
+
+
+async def test_a_name_the_agent_has_too_fails_the_run(db_store: Store, http_server: HTTPServer) -> None:
+    def note(key: str) -> str:
+        return key
+
+    llm = ScriptedLLM(["never"])
+    agent = Agent(name="clash", llm=llm, tools=[note, MCPTools.http(http_server.url)], store=db_store)
+    result = await agent.run("Hi.", execution_id="clash")
+    assert result.status == "failed"
+    assert result.error is not None and "offers a tool named 'note', and the agent has one" in result.error
+    assert llm.calls == 0
 
 
 @pytest.mark.parametrize(("build", "says"), [

@@ -369,6 +369,9 @@ class ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
     """wsgiref's server, one thread per request."""
 
     daemon_threads = True
+    # socketserver listens with a backlog of 5: the 16 approvals sent at once would overflow it, and a
+    # dropped connection attempt is retried only after TCP's 1 s timeout. Room for all of them at once.
+    request_queue_size = 64
 
 
 class QuietHandler(WSGIRequestHandler):
@@ -418,7 +421,8 @@ def test_a_wsgi_app_under_a_threaded_server(url: str, backend: str) -> None:
     with blocking(url, backend=backend) as rt:
         server = make_server("127.0.0.1", 0, refund_app(rt, chain), server_class=ThreadingWSGIServer,
                              handler_class=QuietHandler)
-        serving = threading.Thread(target=server.serve_forever)
+        # serve_forever notices shutdown() between polls (0.5 s by default): a short poll keeps teardown quick.
+        serving = threading.Thread(target=server.serve_forever, args=(0.01,))
         serving.start()
         base = f"http://127.0.0.1:{server.server_port}"
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio.lowlevel
 import pytest
-from tether.actors import Chain
+from tether.actors import Agent, Chain, ScriptedLLM
 from tether.runtime import ExecutionWorker, Queue, Rate
 from tether.stores import ConfigurationError, Store
 
@@ -107,3 +107,16 @@ async def test_a_bad_start_enqueues_nothing(store: Store, options: dict[str, Any
     with pytest.raises(ConfigurationError, match=message):
         await chain.start({}, execution_id="bad", **options)
     assert await store.get_execution("bad") is None
+
+
+async def test_an_agent_starts_into_a_queue(store: Store) -> None:
+    agent = Agent("support", llm=ScriptedLLM(["Your refund is on its way."]), store=store)
+    queue = Queue(unique(), concurrency=1, priority=True)
+    await agent.start("Where is my refund?", execution_id="a1", queue=queue, key="tenant-7", priority=2)
+    execution = await store.get_execution("a1")
+    assert execution is not None and (execution.queue, execution.queue_key, execution.priority) == (
+        queue.name, "tenant-7", 2)
+    async with ExecutionWorker(store, [agent], notify=False, queues=[queue]) as worker:
+        await worker.serve(until_idle=True)
+    done = await store.get_execution("a1")
+    assert done is not None and done.status == "completed" and done.result == "Your refund is on its way."
