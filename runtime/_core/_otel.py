@@ -207,6 +207,14 @@ class Instruments:
             "tether.retries", unit="{retry}", description="Failed steps scheduled to be tried again.")
         self.tokens = meter.create_histogram(
             "gen_ai.client.token.usage", unit="{token}", description="Tokens used per LLM call.")
+        self.queue_wait = meter.create_histogram(
+            "tether.queue.wait", unit="s", description="From a start into a queue to the queue admitting it.")
+        self.queues: dict[str, list[tuple[str, int, int]]] = {}
+        """What workers last saw of each store's queues: (queue, waiting, running) each."""
+        meter.create_observable_gauge("tether.queue.waiting", [self._queue_waiting], unit="{execution}",
+                                      description="Executions ready in a queue and not admitted yet.")
+        meter.create_observable_gauge("tether.queue.running", [self._queue_running], unit="{execution}",
+                                      description="Executions of a queue running now.")
         self.pending: dict[str, tuple[int, float]] = {}
         """What workers last saw pending, by store: the count and the oldest's age in seconds."""
         meter.create_observable_gauge("tether.interrupts.pending", [self._pending_count], unit="{interrupt}",
@@ -329,6 +337,22 @@ class Instruments:
 
     def saw_pending(self, store: str, count: int, oldest_age: float) -> None:
         self.pending[store] = (count, oldest_age)
+
+    def saw_queues(self, store: str, rows: list[tuple[str, int, int]]) -> None:
+        self.queues[store] = rows
+
+    def admitted(self, queue: str, waited: float) -> None:
+        self.queue_wait.record(waited, {"tether.queue": queue})
+
+    def _queue_waiting(self, options: Any) -> Iterator[Any]:
+        for store, rows in tuple(self.queues.items()):
+            for queue, waiting, _ in rows:
+                yield metrics.Observation(waiting, {"tether.store": store, "tether.queue": queue})
+
+    def _queue_running(self, options: Any) -> Iterator[Any]:
+        for store, rows in tuple(self.queues.items()):
+            for queue, _, running in rows:
+                yield metrics.Observation(running, {"tether.store": store, "tether.queue": queue})
 
     def _pending_count(self, options: Any) -> Iterator[Any]:
         for store, (count, _) in tuple(self.pending.items()):

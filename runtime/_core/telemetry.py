@@ -205,6 +205,18 @@ def saw_pending(store: str, count: int, oldest_age: float) -> None:
         active.saw_pending(store, count, oldest_age)
 
 
+def saw_queues(store: str, rows: list[tuple[str, int, int]]) -> None:
+    """A worker counted its store's queues: ``(queue, waiting, running)`` each, for the gauges."""
+    if active is not None:
+        active.saw_queues(store, rows)
+
+
+def admitted(queue: str, waited: float) -> None:
+    """A queue admitted an execution ``waited`` seconds after it was started into it."""
+    if active is not None:
+        active.admitted(queue, waited)
+
+
 # -- for LLM adapters ---------------------------------------------------------------
 
 

@@ -257,6 +257,8 @@ class ExecutionWorker:
         oldest = await self.store.list_pending(limit=1) if count else []
         age = (datetime.now(UTC) - oldest[0].created_at).total_seconds() if oldest else 0.0
         telemetry.saw_pending(repr(self.store), count, age)
+        telemetry.saw_queues(repr(self.store), [(row.queue, row.waiting, row.running)
+                                                for row in await self.store.queue_stats() if row.key is None])
 
     async def _take_queued(self, free: int) -> list[Lease]:
         """What the queues admit to this worker, in their order, up to ``free``."""
@@ -284,6 +286,8 @@ class ExecutionWorker:
                 await self.store.release_lease(lease)
                 return
             runner.store = self.store
+            if execution is not None and execution.queue is not None and lease.epoch == 1:  # a start, just admitted
+                telemetry.admitted(execution.queue, (datetime.now(UTC) - execution.created_at).total_seconds())
             result = await runner.drive(lease, execution=execution, runtime=self._runtime)
             self.completed += 1
             log.info("worker %s ran %s: %s", self.name, lease.execution_id, result.status,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 import pytest
 from tether.actors import Chain
-from tether.runtime import ExecutionWorker, Resume, RetryPolicy
+from tether.runtime import ExecutionWorker, Queue, Resume, RetryPolicy
 from tether.stores import Store
 
 from ._programs import build
@@ -72,3 +73,16 @@ async def test_a_worker_reports_what_waits_for_a_decision(traced: Traced, store:
     [pending] = traced.points("tether.interrupts.pending")
     [age] = traced.points("tether.interrupts.oldest_age")
     assert pending.value == 1 and 0 <= age.value < 60
+
+
+async def test_queue_depth_and_wait(traced: Traced, store: Store) -> None:
+    queue = Queue(f"metered-{uuid.uuid4().hex[:6]}", concurrency=2)
+    chain = Chain("job", [lambda state: {"done": True}], store=store)
+    for n in range(3):
+        await chain.start({}, execution_id=f"w{n}", queue=queue)
+    async with ExecutionWorker(store, [chain], notify=False, queues=[queue]) as worker:
+        await worker.serve(until_idle=True)
+    [wait] = traced.points("tether.queue.wait")
+    assert wait.count == 3 and wait.attributes == {"tether.queue": queue.name}
+    [waiting] = [p for p in traced.points("tether.queue.waiting") if p.attributes["tether.queue"] == queue.name]
+    assert waiting.value == 3  # counted before the first admission
