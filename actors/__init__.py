@@ -17,6 +17,7 @@ from ._agent import Agent as Agent
 from ._anthropic import AnthropicLLM as AnthropicLLM
 from ._chain import Chain as Chain
 from ._http import LLMError as LLMError
+from ._limits import LLMLimit as LLMLimit
 from ._llm import (
     LLM as LLM,
     LLMRequest as LLMRequest,
@@ -57,6 +58,7 @@ __all__ = (
     "FunctionTool",
     "Blackboard",
     "LLMError",
+    "LLMLimit",
     "LLMRequest",
     "MCPTools",
     "MaxDelegationsExceeded",

@@ -35,9 +35,11 @@ RETRIED_STATUSES = frozenset({408, 409, 429})
 class LLMError(TetherError):
     """The endpoint refused the request, or kept failing after every retry."""
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(self, message: str, *, status: int | None = None, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after = retry_after
+        """Seconds the endpoint asked to wait (its ``Retry-After``), when it said."""
 
 
 class IncompleteStream(Exception):
@@ -191,13 +193,21 @@ class HTTPLLM(ABC):
         if not retried or last:
             raise LLMError(
                 f"{self!r} answered {response.status_code} (attempt {attempt + 1}): {self._error_text(response)}",
-                status=response.status_code,
+                status=response.status_code, retry_after=_seconds(response.headers.get("retry-after")),
             )
 
     def _delay(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after is not None:
-            try:
-                return min(max(float(retry_after), 0.0), 60.0)
-            except ValueError:
-                pass  # an HTTP date: fall back to our own schedule
+        asked = _seconds(retry_after)
+        if asked is not None:
+            return min(asked, 60.0)
         return min(self.backoff * 2.0**attempt, 30.0) * random.uniform(0.5, 1.0)
+
+
+def _seconds(retry_after: str | None) -> float | None:
+    """A ``Retry-After`` of seconds, or None (absent, or an HTTP date: our own schedule then)."""
+    if retry_after is None:
+        return None
+    try:
+        return max(float(retry_after), 0.0)
+    except ValueError:
+        return None

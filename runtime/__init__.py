@@ -101,7 +101,11 @@ from ._core.events import (
     read_event as read_event,
 )
 from ._core.execution import RunResult as RunResult, Start as Start
-from ._core.idempotent import idempotency_key as idempotency_key, idempotent as idempotent
+from ._core.idempotent import (
+    current_store as current_store,
+    idempotency_key as idempotency_key,
+    idempotent as idempotent,
+)
 from ._core.interrupt import (
     Resume as Resume,
     Suspension as Suspension,
@@ -217,6 +221,7 @@ __all__ = (
     "following",
     "fork",
     "history",
+    "current_store",
     "idempotency_key",
     "idempotent",
     "interrupt",

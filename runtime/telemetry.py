@@ -19,6 +19,7 @@ from ._core.telemetry import (
     llm_call,
     llm_reply,
     llm_usage,
+    tokens_used,
 )
 
-__all__ = ["disable", "enable", "llm_call", "llm_reply", "llm_usage"]
+__all__ = ["disable", "enable", "llm_call", "llm_reply", "llm_usage", "tokens_used"]

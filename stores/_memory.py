@@ -24,6 +24,7 @@ from ._errors import (
     UsageError,
 )
 from ._json import entry_rows
+from ._limits import Window, blocked, spent, take
 from ._models import (
     FINAL_STATUSES,
     Execution,
@@ -85,6 +86,7 @@ class MemoryStore(Store):
         self._runs: dict[str, _Run] = {}
         self._queues: dict[str, QueueLimits] = {}
         self._schedules: dict[str, ScheduleRow] = {}
+        self._limits: dict[str, Window] = {}
         self._admitted: dict[str, float] = {}
         """When each execution's queue first admitted it."""
         self._closed = False
@@ -257,6 +259,20 @@ class MemoryStore(Store):
         last = known.last_tick if paused else max(known.last_tick, now)
         self._schedules[name] = known.model_copy(update={"paused": paused, "last_tick": last})
         return self._schedules[name]
+
+    async def take_llm_quota(self, name: str, *, requests: int | None, tokens: int | None,
+                             per_seconds: float) -> float:
+        await self._enter()
+        wait, self._limits[name] = take(self._limits.get(name), time.time(), per_seconds, requests, tokens)
+        return wait
+
+    async def add_llm_tokens(self, name: str, tokens: int, *, per_seconds: float) -> None:
+        await self._enter()
+        self._limits[name] = spent(self._limits.get(name), time.time(), per_seconds, tokens)
+
+    async def block_llm(self, name: str, seconds: float) -> None:
+        await self._enter()
+        self._limits[name] = blocked(self._limits.get(name), time.time(), seconds)
 
     async def queue_stats(self) -> list[QueueStats]:
         await self._enter()

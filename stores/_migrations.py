@@ -141,6 +141,18 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             updated_at INTEGER NOT NULL
         )""",
     ],
+    [
+        # Version 12: LLM rate limits shared by a fleet: one row per limit, its current window's
+        # calls and tokens, and until when a provider's 429 blocks it.
+        # Times are seconds since the epoch, on the store's clock.
+        """CREATE TABLE tether_llm_limits (
+            name TEXT PRIMARY KEY,
+            window_start REAL NOT NULL,
+            requests INTEGER NOT NULL,
+            tokens INTEGER NOT NULL,
+            blocked_until REAL NOT NULL
+        )""",
+    ],
 ]
 
 POSTGRES_MIGRATIONS: list[list[str]] = [
@@ -288,6 +300,16 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
             paused boolean NOT NULL DEFAULT false,
             last_tick timestamptz NOT NULL,
             updated_at timestamptz NOT NULL
+        )""",
+    ],
+    [
+        # Version 12: as for SQLite, LLM rate limits.
+        """CREATE TABLE tether_llm_limits (
+            name text PRIMARY KEY,
+            window_start double precision NOT NULL,
+            requests integer NOT NULL,
+            tokens bigint NOT NULL,
+            blocked_until double precision NOT NULL
         )""",
     ],
 ]

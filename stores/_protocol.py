@@ -40,7 +40,7 @@ from ._errors import ConfigurationError
 from ._models import FINAL_STATUSES
 from ._watch import Check, Committed, JournalWatch, Watchers
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 """The schema version this release writes; `setup()` migrates older databases to it."""
 
 
@@ -183,6 +183,25 @@ class Store(ABC):
 
         Returns the row, or None when no schedule has that name.
         """
+
+    @abstractmethod
+    async def take_llm_quota(self, name: str, *, requests: int | None, tokens: int | None,
+                             per_seconds: float) -> float:
+        """Count one call against the limit ``name``, if it has room now; else how long to wait.
+
+        The limit counts, fleet-wide, the calls and the tokens of the current
+        window of ``per_seconds`` (windows start at multiples of it on the
+        store's clock). Returns 0 when the call was counted; otherwise the seconds
+        until the window ends, or until a block (`block_llm`) lifts.
+        """
+
+    @abstractmethod
+    async def add_llm_tokens(self, name: str, tokens: int, *, per_seconds: float) -> None:
+        """Count ``tokens`` used by a call against the limit ``name``'s current window."""
+
+    @abstractmethod
+    async def block_llm(self, name: str, seconds: float) -> None:
+        """Let no call through the limit ``name`` for ``seconds`` (a provider said 429, Retry-After)."""
 
     @abstractmethod
     async def request_cancel(self, execution_id: str, *, by: str, reason: str) -> Execution | None:

@@ -35,7 +35,7 @@ from .interrupt import Suspension, content_digest, current_call, current_segment
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from tether.stores import IdempotencyRecord
+    from tether.stores import IdempotencyRecord, Store
 
     from .journal import ActorJournal
 
@@ -98,6 +98,16 @@ def ask_alias(execution_id: str, ask_id: str | None) -> str | None:
 
 current_step: ContextVar[Step | None] = ContextVar("tether_step", default=None)
 _current_key: ContextVar[str | None] = ContextVar("tether_idempotency_key", default=None)
+
+
+def current_store() -> Store | None:
+    """The store of the execution whose message is being handled now, or None outside one.
+
+    For what shares state across a fleet through the execution's own database:
+    an LLM rate limit (`tether.actors.LLMLimit`), say.
+    """
+    step = current_step.get()
+    return None if step is None else step.journal.store
 
 
 def idempotency_key() -> str:

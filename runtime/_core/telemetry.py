@@ -19,12 +19,13 @@ import contextlib
 import logging
 import os
 import sys
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from tether.stores import ConfigurationError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
     from tether.stores import Store
 
@@ -229,6 +230,20 @@ def llm_call(*, provider: str, model: str, messages: object = None) -> contextli
     return _NOTHING if active is None else active.llm_call(provider=provider, model=model, messages=messages)
 
 
+_tokens: ContextVar[list[int] | None] = ContextVar("tether_llm_tokens", default=None)
+
+
+@contextlib.contextmanager
+def tokens_used() -> Iterator[list[int]]:
+    """The tokens `llm_usage` reports inside the block, one count per report (what a rate limit spends)."""
+    counts: list[int] = []
+    token = _tokens.set(counts)
+    try:
+        yield counts
+    finally:
+        _tokens.reset(token)
+
+
 def llm_usage(*, input_tokens: int | None = None, output_tokens: int | None = None,
               finish_reasons: list[str] | None = None, response_model: str | None = None,
               response_id: str | None = None) -> None:
@@ -243,6 +258,9 @@ def llm_usage(*, input_tokens: int | None = None, output_tokens: int | None = No
         llm_usage(input_tokens=usage.get("prompt_tokens"), output_tokens=usage.get("completion_tokens"))
         ```
     """
+    counts = _tokens.get()
+    if counts is not None and (input_tokens or output_tokens):
+        counts.append((input_tokens or 0) + (output_tokens or 0))
     if active is not None:
         active.llm_usage(input_tokens=input_tokens, output_tokens=output_tokens, finish_reasons=finish_reasons,
                          response_model=response_model, response_id=response_id)

@@ -37,6 +37,7 @@ from .._errors import (
     UsageError,
 )
 from .._json import entry_rows
+from .._limits import Window, blocked, spent, take
 from .._migrations import POSTGRES_MIGRATIONS
 from .._models import (
     FINAL_STATUSES,
@@ -687,6 +688,44 @@ class PostgresStore(DriverStore):
             "last_tick = CASE WHEN $2 THEN last_tick ELSE greatest(last_tick, $3) END "
             "WHERE name = $1 RETURNING name, definition, paused, last_tick", name, paused, now, write=True)
         return _schedule(rows[0]) if rows else None
+
+    async def take_llm_quota(self, name: str, *, requests: int | None, tokens: int | None,
+                             per_seconds: float) -> float:
+        return await self._with_window(name, lambda window, now: take(window, now, per_seconds, requests, tokens))
+
+    async def add_llm_tokens(self, name: str, tokens: int, *, per_seconds: float) -> None:
+        await self._with_window(name, lambda window, now: (0.0, spent(window, now, per_seconds, tokens)))
+
+    async def block_llm(self, name: str, seconds: float) -> None:
+        await self._with_window(name, lambda window, now: (0.0, blocked(window, now, seconds)))
+
+    async def _with_window(self, name: str,
+                           change: Callable[[Window | None, float], tuple[float, Window]]) -> float:
+        """Read the limit's window under a row lock, store what ``change`` makes of it, in one transaction."""
+        async def op_fn(op: Op) -> float:
+            assert self._pool is not None
+            with self._map_errors():
+                async with self._pool.connection() as conn:
+                    op.commit()
+                    async with conn.transaction():
+                        # The row exists first, so that concurrent callers queue on its lock.
+                        await conn.execute(
+                            "INSERT INTO tether_llm_limits (name, window_start, requests, tokens, blocked_until) "
+                            "VALUES ($1, 0, 0, 0, 0) ON CONFLICT (name) DO NOTHING", name)
+                        row = await conn.fetchrow(
+                            "SELECT window_start, requests, tokens, blocked_until, "
+                            "extract(epoch FROM clock_timestamp())::float8 AS now "
+                            "FROM tether_llm_limits WHERE name = $1 FOR UPDATE", name)
+                        assert row is not None
+                        window = Window(row["window_start"], row["requests"], row["tokens"], row["blocked_until"])
+                        wait, window = change(window, row["now"])
+                        await conn.execute(
+                            "UPDATE tether_llm_limits SET window_start = $2, requests = $3, tokens = $4, "
+                            "blocked_until = $5 WHERE name = $1",
+                            name, window.start, window.requests, window.tokens, window.blocked_until)
+                        return wait
+
+        return await self._run(op_fn)
 
     async def queue_stats(self) -> list[QueueStats]:
         rows = await self._fetch(

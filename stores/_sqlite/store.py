@@ -39,6 +39,7 @@ from .._errors import (
     StoreUnavailable,
 )
 from .._json import entry_rows
+from .._limits import Window, blocked, spent, take
 from .._models import (
     FINAL_STATUSES,
     Execution,
@@ -537,6 +538,27 @@ class SQLiteStore(DriverStore):
             return None if row is None else _schedule(row)
 
         return await self._write(fn)
+
+    async def take_llm_quota(self, name: str, *, requests: int | None, tokens: int | None,
+                             per_seconds: float) -> float:
+        def fn(db: sqlite3.Connection, now: int) -> float:
+            wait, window = take(_window(db, name), now / 1e6, per_seconds, requests, tokens)
+            _store_window(db, name, window)
+            return wait
+
+        return await self._write(fn)
+
+    async def add_llm_tokens(self, name: str, tokens: int, *, per_seconds: float) -> None:
+        def fn(db: sqlite3.Connection, now: int) -> None:
+            _store_window(db, name, spent(_window(db, name), now / 1e6, per_seconds, tokens))
+
+        await self._write(fn)
+
+    async def block_llm(self, name: str, seconds: float) -> None:
+        def fn(db: sqlite3.Connection, now: int) -> None:
+            _store_window(db, name, blocked(_window(db, name), now / 1e6, seconds))
+
+        await self._write(fn)
 
     async def queue_stats(self) -> list[QueueStats]:
         def fn(db: sqlite3.Connection) -> list[QueueStats]:
@@ -1094,6 +1116,19 @@ class SQLiteStore(DriverStore):
                 f"{problems[0]} {DAMAGE_HINT}"
             )
         return problems
+
+
+def _window(db: sqlite3.Connection, name: str) -> Window | None:
+    row = db.execute("SELECT window_start, requests, tokens, blocked_until FROM tether_llm_limits WHERE name = ?",
+                     (name,)).fetchone()
+    return None if row is None else Window(*row)
+
+
+def _store_window(db: sqlite3.Connection, name: str, window: Window) -> None:
+    db.execute("INSERT INTO tether_llm_limits (name, window_start, requests, tokens, blocked_until) "
+               "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET window_start = excluded.window_start, "
+               "requests = excluded.requests, tokens = excluded.tokens, blocked_until = excluded.blocked_until",
+               (name, window.start, window.requests, window.tokens, window.blocked_until))
 
 
 _SCHEDULE_COLS = "name, definition, paused, last_tick"
