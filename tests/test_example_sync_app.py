@@ -7,10 +7,6 @@ Python process (``python -W error``), so the four share one start-up.
 
 from __future__ import annotations
 
-import json
-import re
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,28 +16,13 @@ import pytest
 from tether.stores import open_store
 
 from tests._postgres import admin_sql
+from tests._run_each import run_each
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "sync_app.py"
 RUNS = [(kind, backend) for kind in ("sqlite", "postgres") for backend in ("asyncio", "trio")]
-
-# Runs the script as `python SCRIPT ARGS...` would, once per ARGS, and says after each how it exited.
-RUN_EACH = r"""
-import json, runpy, sys
-script = sys.argv[1]
-for n, args in enumerate(json.loads(sys.argv[2])):
-    sys.argv = [script, *args]
-    try:
-        runpy.run_path(script, run_name="__main__")
-        code = 0
-    except SystemExit as exit:
-        code = exit.code
-    print(f"=== run {n} exited {code!r} ===", flush=True)
-"""
-ENDED = re.compile(r"^=== run (\d+) exited (.*) ===\n", re.MULTILINE)
-
 
 @pytest.fixture
 def urls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]:
@@ -56,16 +37,10 @@ def urls(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]:
 
 def test_the_sync_app_selftest(urls: list[str]) -> None:
     runs = [["--selftest", "--store", url, "--backend", backend] for url, (_, backend) in zip(urls, RUNS, strict=True)]
-    done = subprocess.run([sys.executable, "-W", "error", "-c", RUN_EACH, str(EXAMPLE), json.dumps(runs)],
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    *parts, rest = ENDED.split(done.stdout)  # each run's output, its number and its exit code, in turn
-    assert rest == "", done.stdout
-    outputs, numbers, codes = parts[0::3], parts[1::3], parts[2::3]
-    assert numbers == [str(n) for n in range(len(RUNS))], done.stdout + done.stderr
-    for (kind, backend), url, said, code in zip(RUNS, urls, outputs, codes, strict=True):
+    results, stderr = run_each(EXAMPLE, runs, python_options=("-W", "error"))
+    for (kind, backend), url, (said, code) in zip(RUNS, urls, results, strict=True):
         where = f"{kind} on {backend}"
-        assert code == "0", f"{where}: exited {code}\n{said}{done.stderr}"
+        assert code == "0", f"{where}: exited {code}\n{said}{stderr}"
         assert "BAD" not in said, f"{where}:\n{said}"
         assert "3 won, 3 got 409" in said, f"{where}:\n{said}"
         assert said.rstrip().endswith("all good"), f"{where}:\n{said}"

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import anyio
@@ -45,18 +45,18 @@ ROOT = Path(__file__).resolve().parents[2]
 class Fleet:
     """Worker processes on one store, and what they did."""
 
-    def __init__(self, url: str, effects: Path, backend: str) -> None:
-        self.url, self.effects, self.backend = url, effects, backend
+    def __init__(self, url: str, effects: Path, backend: str, app: str = APP) -> None:
+        self.url, self.effects, self.backend, self.app = url, effects, backend, app
         self.env = {**os.environ, "TETHER_FLEET_EFFECTS": str(effects)}
         self.workers: list[subprocess.Popen[str]] = []
         prepare(str(effects))
 
-    def start_worker(self, concurrency: int = 4) -> subprocess.Popen[str]:
+    def start_worker(self, concurrency: int = 4, **env: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tether.runtime.ops", "--store", self.url, "--backend", self.backend,
-             "worker", "--app", APP, "--lease-seconds", "1", "--poll-interval", "0.2",
+             "worker", "--app", self.app, "--lease-seconds", "1", "--poll-interval", "0.2",
              "--concurrency", str(concurrency), "--grace", "10"],
-            env=self.env, cwd=ROOT, stderr=subprocess.DEVNULL, text=True,
+            env={**self.env, **env}, cwd=ROOT, stderr=subprocess.DEVNULL, text=True,
         )
         self.workers.append(proc)
         return proc
@@ -142,17 +142,26 @@ class Fleet:
             return {row[0] for row in db.execute("SELECT DISTINCT pid FROM effects")}
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def fleet(request: pytest.FixtureRequest, postgres_dsn: str, pg_schema: str, tmp_path: Path) -> Iterator[Fleet]:
-    running = Fleet(f"{postgres_dsn}?schema={pg_schema}", tmp_path / "effects.db", request.param)
-    running.watch()
+F = TypeVar("F", bound=Fleet)
+
+
+@contextlib.contextmanager
+def watched(fleet: F) -> Iterator[F]:
+    """``fleet`` with the test's trigger in place, and every worker it started killed at the end."""
+    fleet.watch()
     try:
-        yield running
+        yield fleet
     finally:
-        for proc in running.workers:
+        for proc in fleet.workers:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=30)
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def fleet(request: pytest.FixtureRequest, postgres_dsn: str, pg_schema: str, tmp_path: Path) -> Iterator[Fleet]:
+    with watched(Fleet(f"{postgres_dsn}?schema={pg_schema}", tmp_path / "effects.db", request.param)) as running:
+        yield running
 
 
 def held_by(proc: subprocess.Popen[str]) -> Callable[[list[Execution]], bool]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -17,26 +15,16 @@ import pytest
 from tether.runtime import Queue
 
 from ._queue_app import jobs, keyed, limited, paced, ranked
-from .test_fleet import ROOT, Fleet
+from .test_fleet import Fleet, watched
 
 APP = "tests.operator._queue_app:runners"
 
 
 class QueueFleet(Fleet):
     def __init__(self, url: str, log: Path, backend: str) -> None:
-        super().__init__(url, log.with_suffix(".effects"), backend)
+        super().__init__(url, log.with_suffix(".effects"), backend, APP)
         self.log = log
         self.env["TETHER_QUEUE_LOG"] = str(log)
-
-    def start_worker(self, concurrency: int = 4) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tether.runtime.ops", "--store", self.url, "--backend", self.backend,
-             "worker", "--app", APP, "--lease-seconds", "1", "--poll-interval", "0.2",
-             "--concurrency", str(concurrency), "--grace", "10"],
-            env=self.env, cwd=ROOT, stderr=subprocess.DEVNULL, text=True,
-        )
-        self.workers.append(proc)
-        return proc
 
     def enqueue(self, queue: Queue, inputs: list[dict[str, Any]], **placement: Any) -> None:
         async def main(store: Any) -> None:
@@ -70,16 +58,9 @@ class QueueFleet(Fleet):
 
 @pytest.fixture(params=["asyncio", "trio"])
 def fleet(request: pytest.FixtureRequest, postgres_dsn: str, pg_schema: str, tmp_path: Path) -> Iterator[QueueFleet]:
-    running = QueueFleet(f"{postgres_dsn}?schema={pg_schema}", tmp_path / "queue.log", request.param)
-    running.log.touch()
-    running.watch()
-    try:
+    (tmp_path / "queue.log").touch()
+    with watched(QueueFleet(f"{postgres_dsn}?schema={pg_schema}", tmp_path / "queue.log", request.param)) as running:
         yield running
-    finally:
-        for proc in running.workers:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
 
 
 def peak(intervals: list[tuple[int, int]]) -> int:

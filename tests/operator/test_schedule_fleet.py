@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,38 +12,18 @@ import pytest
 from tether.runtime._executions.schedules import due
 
 from ._schedule_app import every_minute, ticks
-from .test_fleet import ROOT, Fleet
+from .test_fleet import Fleet, watched
 
 APP = "tests.operator._schedule_app:runners"
 
 
-class ScheduleFleet(Fleet):
-    def start_worker(self, concurrency: int = 4, **env: str) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tether.runtime.ops", "--store", self.url, "--backend", self.backend,
-             "worker", "--app", APP, "--lease-seconds", "1", "--poll-interval", "0.2",
-             "--concurrency", str(concurrency), "--grace", "10"],
-            env={**self.env, **env}, cwd=ROOT, stderr=subprocess.DEVNULL, text=True,
-        )
-        self.workers.append(proc)
-        return proc
-
-
 @pytest.fixture(params=["asyncio", "trio"])
-def fleet(request: pytest.FixtureRequest, postgres_dsn: str, pg_schema: str,
-          tmp_path: Path) -> Iterator[ScheduleFleet]:
-    running = ScheduleFleet(f"{postgres_dsn}?schema={pg_schema}", tmp_path / "effects.db", request.param)
-    running.watch()
-    try:
+def fleet(request: pytest.FixtureRequest, postgres_dsn: str, pg_schema: str, tmp_path: Path) -> Iterator[Fleet]:
+    with watched(Fleet(f"{postgres_dsn}?schema={pg_schema}", tmp_path / "effects.db", request.param, APP)) as running:
         yield running
-    finally:
-        for proc in running.workers:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
 
 
-def test_one_execution_per_tick_with_a_worker_killed_at_the_tick(fleet: ScheduleFleet) -> None:
+def test_one_execution_per_tick_with_a_worker_killed_at_the_tick(fleet: Fleet) -> None:
     seeded = datetime.now(UTC) - timedelta(minutes=3, seconds=30)  # as after a stop: three ticks or four are due
 
     async def seed(store: Any) -> None:
