@@ -103,7 +103,7 @@ class ExecutionWorker:
         self.queues: list[Queue] | None = None if queues is None else list(queues)
         """The queues whose executions it takes, by their limits (default: every queue declared in the process)."""
         self.schedules: list[Schedule] | None = None if schedules is None else list(schedules)
-        """The schedules it starts ticks of (default: every schedule declared in the process)."""
+        """The schedules it starts ticks of (default: those declared in the process for one of its runners)."""
         self.retention = retention
         """What it prunes in the background, every ``retention.every`` (None: nothing)."""
         self.runners: list[Runner] = list(runners)
@@ -135,15 +135,6 @@ class ExecutionWorker:
     async def __aenter__(self) -> Self:
         with contextlib.ExitStack() as stack:
             stack.enter_context(self.store.worker_slot())  # refused at once if the store admits no other worker
-            if self.queues is None:
-                self.queues = declared_queues()
-            for queue in self.queues:  # the limits its claims read, as this process declares them
-                await self.store.declare_queue(queue.limits)
-            if self.schedules is None:
-                self.schedules = declared_schedules()
-            now = (self.clock or installed().now)()
-            for schedule in self.schedules:  # a new one counts from now; a known one keeps its last tick
-                await self.store.declare_schedule(schedule.row(last_tick=now))
             await self._listen()
             self._slot = stack.pop_all()
         return self
@@ -173,6 +164,7 @@ class ExecutionWorker:
         # One runtime for all of serve hosts every run it takes; each run's tree is its own.
         async with Runtime(self.store, lease_seconds=self.lease_seconds, clock=self.clock) as self._runtime, \
                 anyio.create_task_group() as tg:
+            await self._declare()
             if self.retention is not None:
                 if until_idle:
                     await self._retain(self.retention)  # once, before the work: a batch job cleans up as it goes
@@ -259,6 +251,18 @@ class ExecutionWorker:
         telemetry.saw_pending(repr(self.store), count, age)
         telemetry.saw_queues(repr(self.store), [(row.queue, row.waiting, row.running)
                                                 for row in await self.store.queue_stats() if row.key is None])
+
+    async def _declare(self) -> None:
+        """Record the queues and schedules it serves, as this process declares them, before it takes work."""
+        if self.queues is None:
+            self.queues = declared_queues()
+        for queue in self.queues:  # the limits its claims read
+            await self.store.declare_queue(queue.limits)
+        if self.schedules is None:  # the process's schedules of the runners it has
+            self.schedules = [s for s in declared_schedules() if s.runner.root_path in self._roots]
+        now = self._runtime.hooks.now() if self._runtime else (self.clock or installed().now)()
+        for schedule in self.schedules:  # a new one counts from now; a known one keeps its last tick
+            await self.store.declare_schedule(schedule.row(last_tick=now))
 
     async def _take_queued(self, free: int) -> list[Lease]:
         """What the queues admit to this worker, in their order, up to ``free``."""
