@@ -59,6 +59,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
+import anyio.to_thread
 import asyncpg
 from tether.stores import open_store
 
@@ -126,17 +127,6 @@ def gaps(seed: int) -> list[float]:
 # --- tether ---------------------------------------------------------------------------------------
 
 
-async def await_stamps(path: Path, ids: list[str], proc: subprocess.Popen[bytes], log: Path) -> dict[str, float]:
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        stamps, done = missing(path, ids)
-        if done:
-            return stamps
-        check_alive(proc, log)
-        assert time.monotonic() < deadline, "timed out waiting for the steps"
-        await anyio.sleep(0.02)
-
-
 async def measure_tether(db: str, tmp: Path, variant: str, jobs: int, concurrency: int,
                          seed: int) -> dict[str, float]:
     schema = f"tq_{uuid.uuid4().hex[:8]}"
@@ -169,20 +159,20 @@ async def measure_tether(db: str, tmp: Path, variant: str, jobs: int, concurrenc
                 [sys.executable, "-m", "tether.runtime.ops", "--store", url, "worker", "--app", APP,
                  "--concurrency", str(concurrency)], cwd=ROOT, env=env, stdout=err, stderr=err)
         try:
-            drain_stamps = await await_stamps(stamps_path, drained, proc, log)
+            drain_stamps = await anyio.to_thread.run_sync(sync_stamps, stamps_path, drained, proc, log)
             drain_done = await completed(drained)
             ids = [f"b{n}" for n in range(jobs)]
             enqueued: dict[str, float] = {}
             called = time.time()
             for n, job in enumerate(ids):
                 enqueued[job] = await enqueue(job, n)
-            stamps = await await_stamps(stamps_path, ids, proc, log)
+            stamps = await anyio.to_thread.run_sync(sync_stamps, stamps_path, ids, proc, log)
             last_done = await completed(ids)
             paced: dict[str, float] = {}
             for n, gap in enumerate(gaps(seed)):
                 await anyio.sleep(gap)
                 paced[f"p{n}"] = await enqueue(f"p{n}", n)
-            stamps = await await_stamps(stamps_path, list(paced), proc, log)
+            stamps = await anyio.to_thread.run_sync(sync_stamps, stamps_path, list(paced), proc, log)
         finally:
             stop(proc)
     return figures(drained, drain_stamps, drain_done, ids, called, enqueued, last_done, paced, stamps)

@@ -275,6 +275,7 @@ class Runner:
                 or a queue with ``detach=False``; nothing was recorded.
         """
         placed: tuple[str | None, str | None, int] = (None, None, 0)
+        declared_queue: Queue | None = None
         if queue is not None:
             if not detach:
                 raise ConfigurationError(
@@ -290,8 +291,8 @@ class Runner:
         data = self._input(input)
         actor = self._prepare()
         service = Executions(self._store())
-        if queue is not None:
-            await service.store.declare_queue(declared(queue).limits)  # the workers' limits, whichever starts first
+        if declared_queue is not None:  # the workers' limits, whichever starts first
+            await service.store.declare_queue(declared_queue.limits)
         return await service.enqueue(
             NewExecution(execution_id=execution_id, runner=actor.__qualname__, root_path=self.root_path,
                          fingerprint=self.fingerprint, version=self.version or "", input=data,

@@ -218,12 +218,13 @@ class ExecutionWorker:
             ticks, passed = due(row, now)
             if passed is None:
                 continue
-            for tick in ticks:
-                await executions.enqueue(tick_execution(row, tick))  # an id per tick: started once, by whoever
+            started = [tick_execution(row, tick) for tick in ticks]
+            for new in started:
+                await executions.enqueue(new)  # an id per tick: started once, by whoever
                 (self._runtime.hooks if self._runtime else installed()).faults.reached("after_tick")
-            if await self.store.advance_schedule(row.name, seen=row.last_tick, to=passed) and ticks:
-                log.info("worker %s started %s for %d tick(s) of schedule %s", self.name,
-                         ", ".join(tick_execution(row, tick).execution_id for tick in ticks), len(ticks), row.name)
+            if await self.store.advance_schedule(row.name, seen=row.last_tick, to=passed) and started:
+                log.info("worker %s started %s for schedule %s", self.name,
+                         ", ".join(new.execution_id for new in started), row.name)
 
     async def _retain_every(self, retention: Retention) -> None:
         while True:
