@@ -138,11 +138,6 @@ def opened(why: str, *, execution_id: str, runner: str, root_path: str, version:
                          version=version, parent=parent)
 
 
-def running(segment: Opened | None) -> contextlib.AbstractContextManager[Any]:
-    """The segment current while the block runs, and ended after it."""
-    return _NOTHING if segment is None else segment.running()
-
-
 def capture() -> object | None:
     """The trace context current now (a message carries its sender's), or None while telemetry is off."""
     return None if active is None else active.capture()
