@@ -34,6 +34,7 @@ from ._models import (
     CatchUp as CatchUp,
     EntryKind as EntryKind,
     Execution as Execution,
+    ExecutionSearch as ExecutionSearch,
     ExecutionStatus as ExecutionStatus,
     IdempotencyRecord as IdempotencyRecord,
     JournalEntry as JournalEntry,
@@ -48,6 +49,7 @@ from ._models import (
     ScheduleRow as ScheduleRow,
     StartResult as StartResult,
     ThreadSummary as ThreadSummary,
+    TokenRow as TokenRow,
 )
 from ._postgres import PostgresStore as PostgresStore
 from ._protocol import SCHEMA_VERSION as SCHEMA_VERSION, Listener as Listener, Store as Store
@@ -64,6 +66,7 @@ __all__ = (
     "DuplicateInterrupt",
     "EntryKind",
     "Execution",
+    "ExecutionSearch",
     "ExecutionFinished",
     "ExecutionNotFound",
     "ExecutionStatus",
@@ -97,6 +100,7 @@ __all__ = (
     "StoreUnavailable",
     "TetherError",
     "ThreadSummary",
+    "TokenRow",
     "UsageError",
 )
 

@@ -28,6 +28,7 @@ from ._limits import Window, blocked, spent, take
 from ._models import (
     FINAL_STATUSES,
     Execution,
+    ExecutionSearch,
     ExecutionStatus,
     IdempotencyRecord,
     JournalEntry,
@@ -41,8 +42,9 @@ from ._models import (
     ScheduleRow,
     StartResult,
     ThreadSummary,
+    TokenRow,
 )
-from ._protocol import Store, check_limit, prunable
+from ._protocol import Store, check_limit, matches, prunable, token_digest_taken, token_named
 from ._queues import Candidate, Counts, admit, room, stats
 from ._watch import committed
 
@@ -89,6 +91,8 @@ class MemoryStore(Store):
         self._limits: dict[str, Window] = {}
         self._admitted: dict[str, float] = {}
         """When each execution's queue first admitted it."""
+        self._tokens: dict[str, TokenRow] = {}
+        """Every token, by digest."""
         self._closed = False
 
     def __repr__(self) -> str:
@@ -347,6 +351,45 @@ class MemoryStore(Store):
             mark = (after.created_at, after.execution_id)
             rows = [e for e in rows if (e.created_at, e.execution_id) > mark]
         return [_copied(e) for e in rows[:limit]]
+
+    async def search_executions(
+        self, search: ExecutionSearch | None = None, *, limit: int = 50, before: Execution | None = None
+    ) -> list[Execution]:
+        check_limit(limit)
+        await self._enter()
+        search = search or ExecutionSearch()
+        mark = None if before is None else (before.created_at, before.execution_id)
+        rows = sorted((r.execution for r in self._runs.values() if matches(r.execution, search)
+                       and (mark is None or (r.execution.created_at, r.execution.execution_id) < mark)),
+                      key=lambda e: (e.created_at, e.execution_id), reverse=True)
+        return [_copied(e) for e in rows[:limit]]
+
+    async def create_token(self, token: TokenRow) -> None:
+        await self._enter()
+        if token.revoked_at is None and any(t.name == token.name and t.revoked_at is None
+                                            for t in self._tokens.values()):
+            raise token_named(token.name)
+        if token.digest in self._tokens:
+            raise token_digest_taken()
+        self._tokens[token.digest] = token.model_copy(deep=True)
+
+    async def find_token(self, digest: str) -> TokenRow | None:
+        await self._enter()
+        token = self._tokens.get(digest)
+        return None if token is None or token.revoked_at is not None else token.model_copy(deep=True)
+
+    async def list_tokens(self) -> list[TokenRow]:
+        await self._enter()
+        return [t.model_copy(deep=True) for t in sorted(self._tokens.values(),
+                                                        key=lambda t: (t.name, t.created_at, t.digest))]
+
+    async def revoke_token(self, name: str, *, at: datetime) -> bool:
+        await self._enter()
+        for digest, token in self._tokens.items():
+            if token.name == name and token.revoked_at is None:
+                self._tokens[digest] = token.model_copy(update={"revoked_at": at})
+                return True
+        return False
 
     async def list_threads(self, *, limit: int = 100, after: str | None = None) -> list[ThreadSummary]:
         check_limit(limit)

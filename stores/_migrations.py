@@ -153,6 +153,29 @@ SQLITE_MIGRATIONS: list[list[str]] = [
             blocked_until REAL NOT NULL
         )""",
     ],
+    [
+        # Version 13: searching executions, newest first, each filter served by an index (the
+        # thread and the creation time have theirs; an id prefix is a range of the primary key).
+        # A runner is searched by its root path, alone (by_root, which path prefixes use too),
+        # with its version (by_root_version); a version alone has its own, so none of the
+        # three sorts its matches.
+        "CREATE INDEX tether_executions_by_status_created ON tether_executions (status, created_at, id)",
+        "CREATE INDEX tether_executions_by_root_version ON tether_executions (root_path, version, created_at, id)",
+        "CREATE INDEX tether_executions_by_root ON tether_executions (root_path, created_at, id)",
+        "CREATE INDEX tether_executions_by_version ON tether_executions (version, created_at, id)",
+        # Access tokens: a hash of each secret, never the secret. Not an execution's rows:
+        # deleting or pruning executions leaves them. One live token per name; a revoked
+        # one keeps its row (and its name may be used again).
+        """CREATE TABLE tether_tokens (
+            digest TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            scopes TEXT NOT NULL,
+            paths TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            revoked_at INTEGER
+        )""",
+        "CREATE UNIQUE INDEX tether_tokens_live ON tether_tokens (name) WHERE revoked_at IS NULL",
+    ],
 ]
 
 POSTGRES_MIGRATIONS: list[list[str]] = [
@@ -311,5 +334,27 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
             tokens bigint NOT NULL,
             blocked_until double precision NOT NULL
         )""",
+    ],
+    [
+        # Version 13: as for SQLite, searching executions and access tokens. Prefixes are
+        # compared in the "C" collation (byte order, whatever the database's default), so
+        # the indexes they use are on that collation: root_path's (a root path's equality
+        # is compared in it too, to use them), and one of id besides its primary key's,
+        # which has the database's default.
+        "CREATE INDEX tether_executions_by_status_created ON tether_executions (status, created_at, id)",
+        ('CREATE INDEX tether_executions_by_root_version ON tether_executions '
+         '(root_path COLLATE "C", version, created_at, id)'),
+        'CREATE INDEX tether_executions_by_root ON tether_executions (root_path COLLATE "C", created_at, id)',
+        "CREATE INDEX tether_executions_by_version ON tether_executions (version, created_at, id)",
+        'CREATE INDEX tether_executions_by_id_prefix ON tether_executions (id COLLATE "C")',
+        """CREATE TABLE tether_tokens (
+            digest text PRIMARY KEY,
+            name text NOT NULL,
+            scopes json NOT NULL,
+            paths json NOT NULL,
+            created_at timestamptz NOT NULL,
+            revoked_at timestamptz
+        )""",
+        "CREATE UNIQUE INDEX tether_tokens_live ON tether_tokens (name) WHERE revoked_at IS NULL",
     ],
 ]

@@ -117,6 +117,47 @@ class ScheduleRow(_Row):
         return self.model_dump(mode="json", exclude={"name", "paused", "last_tick"})
 
 
+class ExecutionSearch(_Row):
+    """Which executions `Store.search_executions` lists; every field left None matches all.
+
+    Each filter has an index behind it, so a page of results stays one short
+    indexed read however many executions the store holds.
+    """
+
+    status: ExecutionStatus | None = None
+    root_path: Text | None = None
+    """The runner's root path (``chain:refund``): only its runs (the whole path, not a prefix)."""
+    version: Text | None = None
+    """Only with its runner's version ('' for runs of a runner that names none)."""
+    path_prefix: Text | None = None
+    """Executions whose root path starts with it, or whose tree it lies in: ``supervisor:planner/worker:a``
+    matches the executions rooted at ``supervisor:planner``."""
+    thread: Text | None = None
+    since: datetime | None = None
+    """Created at or after it."""
+    until: datetime | None = None
+    """Created before it."""
+    id_prefix: Text | None = None
+    """Ids that start with it (the whole id matches too)."""
+
+
+class TokenRow(_Row):
+    """An access token as the store keeps it: its name, what it may do, and a hash of its secret.
+
+    The secret itself is shown once, when the token is made, and never stored.
+    """
+
+    name: Text = Field(min_length=1, max_length=200)
+    digest: Text = Field(min_length=1, max_length=200)
+    """The SHA-256 of the secret, in hex: what a presented secret is looked up by."""
+    scopes: list[Text]
+    """``read``, ``approve``, ``operate`` or ``admin``."""
+    paths: list[Text] = []
+    """The path prefixes ``approve`` is limited to; empty: any path."""
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
 class QueueStats(_Row):
     """One queue and key as `tether queues` shows it."""
 

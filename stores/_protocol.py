@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from ._models import (
         Execution,
+        ExecutionSearch,
         ExecutionStatus,
         IdempotencyRecord,
         JournalEntry,
@@ -34,13 +35,14 @@ if TYPE_CHECKING:
         ScheduleRow,
         StartResult,
         ThreadSummary,
+        TokenRow,
     )
 
 from ._errors import ConfigurationError
 from ._models import FINAL_STATUSES
 from ._watch import Check, Committed, JournalWatch, Watchers
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 """The schema version this release writes; `setup()` migrates older databases to it."""
 
 
@@ -251,6 +253,37 @@ class Store(ABC):
         (pages by ``updated_at``: an execution updated meanwhile moves up). With
         ``thread``, only the runs of that conversation.
         """
+
+    @abstractmethod
+    async def search_executions(
+        self, search: ExecutionSearch | None = None, *, limit: int = 50, before: Execution | None = None
+    ) -> list[Execution]:
+        """Executions that match ``search``, newest created first; pass a page's last one as ``before``.
+
+        Pages by ``(created_at, execution_id)``, which never change, so a page
+        never repeats or skips a row however the executions move meanwhile.
+        """
+
+    @abstractmethod
+    async def create_token(self, token: TokenRow) -> None:
+        """Keep a new access token.
+
+        Raises:
+            ConfigurationError: A token that is not revoked already has this name
+                (a revoked one's name may be used again).
+        """
+
+    @abstractmethod
+    async def find_token(self, digest: str) -> TokenRow | None:
+        """The token whose secret hashes to ``digest``; None if there is none or it was revoked."""
+
+    @abstractmethod
+    async def list_tokens(self) -> list[TokenRow]:
+        """Every token, revoked ones too, by name then age."""
+
+    @abstractmethod
+    async def revoke_token(self, name: str, *, at: datetime) -> bool:
+        """Revoke the live token of this name from ``at`` on; False if there is none."""
 
     @abstractmethod
     async def list_threads(self, *, limit: int = 100, after: str | None = None) -> list[ThreadSummary]:
@@ -649,6 +682,65 @@ def check_limit(limit: int | None) -> None:
     """Refuse a page size that the stores would read differently."""
     if limit is not None and limit < 0:
         raise ConfigurationError(f"limit={limit} is negative; pass a count of rows, or None for all.")
+
+
+_LAST = 0x10FFFF  # the highest code point
+_SURROGATES = range(0xD800, 0xE000)  # never in stored text (`Text` refuses them)
+
+
+def prefix_range(prefix: str) -> tuple[str, str | None]:
+    """The strings that start with ``prefix``, as ``low <= s < high`` in code point order.
+
+    ``high`` is ``prefix`` with its last code point moved up by one (a last
+    U+10FFFF is dropped and the one before it moved up; surrogates are stepped
+    over). That bound is exact, where ``prefix || U+10FFFF`` would miss a value
+    whose next character is U+10FFFF itself. None: no upper bound (the prefix
+    is all U+10FFFF). SQLite's BINARY collation and Postgres's ``"C"`` compare
+    UTF-8 bytes, whose order is code point order, so the range is the same in
+    each store, case-sensitive and exact, and an index serves it (LIKE would not:
+    it ignores ASCII case in SQLite, and depends on the collation in Postgres).
+    """
+    head = prefix
+    while head and ord(head[-1]) == _LAST:
+        head = head[:-1]
+    if not head:
+        return prefix, None
+    following = ord(head[-1]) + 1
+    if following in _SURROGATES:
+        following = _SURROGATES.stop
+    return prefix, head[:-1] + chr(following)
+
+
+def ancestors(path: str) -> list[str]:
+    """The paths above ``path`` in its tree: ``a:x/b:y/c:z`` -> ``a:x``, ``a:x/b:y`` (``a:x/`` -> ``a:x``)."""
+    parts = path.split("/")
+    return [above for above in ("/".join(parts[:k]) for k in range(1, len(parts))) if above]
+
+
+def matches(execution: Execution, search: ExecutionSearch) -> bool:
+    """Whether ``execution`` is one that ``search`` lists: the meaning the databases' queries implement."""
+    s = search
+    return ((s.status is None or execution.status == s.status)
+            and (s.root_path is None or execution.root_path == s.root_path)
+            and (s.version is None or execution.version == s.version)
+            and (s.thread is None or execution.thread == s.thread)
+            and (s.since is None or execution.created_at >= s.since)
+            and (s.until is None or execution.created_at < s.until)
+            and (not s.id_prefix or execution.execution_id.startswith(s.id_prefix))
+            and (not s.path_prefix or execution.root_path.startswith(s.path_prefix)
+                 or execution.root_path in ancestors(s.path_prefix)))
+
+
+def token_named(name: str) -> ConfigurationError:
+    """Why `Store.create_token` refused a name: a live token has it."""
+    return ConfigurationError(f"A token named {name!r} exists: revoke it first (tether tokens revoke {name}) "
+                              f"or pick another name.")
+
+
+def token_digest_taken() -> ConfigurationError:
+    """Why `Store.create_token` refused a digest: a token (live or revoked) has it, so its secret is not new."""
+    return ConfigurationError("A token with this digest exists (revoked tokens keep theirs): "
+                              "make the new token with a new secret.")
 
 
 async def _always() -> bool:

@@ -349,3 +349,19 @@ def _cli_user() -> str:
     import getpass
 
     return f"cli:{getpass.getuser()}"
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_operator_console_check(tmp_path: Path, store: str, backend: str, request: pytest.FixtureRequest) -> None:
+    url = (f"sqlite:///{tmp_path / 'console.db'}" if store == "sqlite" else
+           f"{request.getfixturevalue('postgres_dsn')}?schema={request.getfixturevalue('pg_schema')}")
+    done = subprocess.run([sys.executable, str(EXAMPLES / "operator_console.py"), "--check", "--store", url,
+                           "--backend", backend], capture_output=True, text=True, timeout=120, check=False,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert f"{PATH}: 202 Decision recorded; this server continues the run." in lines
+    refused = next(line for line in lines if line.startswith("chain:refund/node:approve: "))
+    assert refused.startswith("chain:refund/node:approve: 403 ") and "only under supervisor:planner/" in refused
+    assert any(line.startswith("  decided by api:support-") for line in lines)

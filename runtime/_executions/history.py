@@ -35,6 +35,8 @@ from tether.stores import (
 from .service import FORKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pydantic import JsonValue
     from tether.stores import Execution, Store
 
@@ -81,16 +83,21 @@ async def history(store: Store, execution_id: str) -> list[Boundary]:
     loaded = await store.load_execution(execution_id)
     if loaded is None:
         raise ExecutionNotFound(execution_id)
+    return boundaries(loaded[1])
+
+
+def boundaries(journal: Sequence[JournalEntry]) -> list[Boundary]:
+    """The boundaries of a journal read already, oldest first, each with its actor's state as of it."""
     states: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-    boundaries = []
-    for entry in loaded[1]:
+    found = []
+    for entry in journal:
         written = states.setdefault(entry.path, [])
         change = state_change(entry)
         if change is not None:
             written.append(change)
-        boundaries.append(Boundary(entry.seq, entry.path, entry.label, entry.kind, entry.created_at,
-                                   _value(entry), delta.restore(written)))
-    return boundaries
+        found.append(Boundary(entry.seq, entry.path, entry.label, entry.kind, entry.created_at,
+                              _value(entry), delta.restore(written)))
+    return found
 
 
 def state_change(entry: JournalEntry) -> tuple[str, dict[str, Any]] | None:

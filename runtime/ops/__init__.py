@@ -1,6 +1,7 @@
-"""The operator surface an application embeds: the HTTP API and the /approvals page.
+"""The operator surface an application embeds: the HTTP API and the console pages.
 
-`create_app` builds one ASGI app for a store. `tether serve` runs it on its own;
+`create_app` builds one ASGI app for a store; `create_token` makes a named token
+with scopes for it (what `tether tokens create` does). `tether serve` runs it on its own;
 an application can serve it with uvicorn (``uvicorn myapp:app``) or mount it
 under a path of its own. Two things to get right when mounting:
 
@@ -9,7 +10,7 @@ under a path of its own. Two things to get right when mounting:
   app's lifespan, and without it the server only records decisions (its
   answers then say ``"continuing": false``).
 - The pages link and redirect under the mount path, so ``/tether`` here serves
-  ``/tether/approvals``; a reverse proxy in front must pass the ``Host`` header
+  ``/tether/executions``; a reverse proxy in front must pass the ``Host`` header
   through, since a form posted with another ``Origin`` is refused.
 
 Example:
@@ -43,6 +44,7 @@ URLs percent-encoded whole (``urllib.parse.quote(id, safe="")``).
 
 from __future__ import annotations
 
+from ._access import SCOPES as SCOPES, create_token as create_token
 from ._http import create_app as create_app
 
-__all__ = ("create_app",)
+__all__ = ("SCOPES", "create_app", "create_token")

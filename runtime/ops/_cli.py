@@ -50,6 +50,7 @@ from tether.stores import (
 )
 
 from . import _watching
+from ._access import SCOPES, create_token as make_token
 from ._operator import Operator, Timeline, age, load_app, parse_assignments, parse_duration, summarize
 
 if TYPE_CHECKING:
@@ -906,6 +907,66 @@ async def _stop_on_signal(running: Any) -> None:
             logging.getLogger("tether.runtime.worker").info("stopping: no new work, finishing what runs")
             running.stop()
             return
+
+
+@cli.group()
+def tokens() -> None:
+    """Access tokens for `tether serve`: each with a name and scopes, kept hashed in the store.
+
+    Scopes: read (see executions and approvals), approve (decide; --path limits where),
+    operate (cancel, retry, fork, send messages), admin (everything). The server's own
+    TETHER_TOKEN stays an admin token named admin.
+    """
+
+
+@tokens.command("create")
+@click.argument("name")
+@click.option("--scope", "scopes", multiple=True, required=True, type=click.Choice(list(SCOPES)),
+              help="What it may do (repeat for several).")
+@click.option("--path", "paths", multiple=True, metavar="PREFIX",
+              help="With --scope approve: decide only under this agent path prefix (repeat for several).")
+@store_options
+@pass_settings
+def create_token(settings: Settings, name: str, scopes: tuple[str, ...], paths: tuple[str, ...]) -> None:
+    """Make the token NAME and print its secret: shown this once, stored only as a hash."""
+    secret = settings.run(lambda op: make_token(op.store, name, scopes, paths))
+    err = _err()
+    _say(err, "Token ", (name, "bold"), f" made ({', '.join(scopes)}"
+         + (f" under {', '.join(paths)}" if paths else "") + "). Its secret, shown only now:")
+    click.echo(secret)  # alone on stdout, for `$(tether tokens create ...)`
+
+
+@tokens.command("list")
+@json_option
+@store_options
+@pass_settings
+def list_tokens(settings: Settings, as_json: bool) -> None:
+    """Every token: its scopes, paths, when it was made, and whether it was revoked (never its secret)."""
+    rows = settings.run(lambda op: op.store.list_tokens())
+    if as_json:
+        _print_json([row.model_dump(mode="json", exclude={"digest"}) for row in rows])
+        return
+    out = _out()
+    if not rows:
+        out.print("No tokens. Make one: tether tokens create NAME --scope read --scope approve")
+        return
+    table = Table("token", "scopes", "approves under", "made", "state", title=_count(len(rows), "token"))
+    for row in rows:
+        table.add_row(Text(row.name), Text(", ".join(row.scopes)), Text(", ".join(row.paths) or "any path"),
+                      Text(row.created_at.isoformat(timespec="seconds")),
+                      Text(f"revoked {row.revoked_at.isoformat(timespec='seconds')}" if row.revoked_at else "live"))
+    out.print(table)
+
+
+@tokens.command("revoke")
+@click.argument("name")
+@store_options
+@pass_settings
+def revoke_token(settings: Settings, name: str) -> None:
+    """Revoke the token NAME: refused from the next request on, pages and API alike."""
+    if not settings.run(lambda op: op.store.revoke_token(name, at=datetime.now(UTC))):
+        raise click.ClickException(f"No live token {name!r} in {settings.store}: `tether tokens list` shows them.")
+    _say(_out(), f"Token {name} is revoked.")
 
 
 @cli.command()

@@ -1,5 +1,6 @@
-"""The HTTP API and the /approvals page, as one ASGI app an application can mount.
+"""The HTTP API and the console pages, as one ASGI app an application can mount.
 
+    GET  /api/executions                  executions, newest first (filters as the page's; ?before= pages)
     GET  /api/pending                     pending interrupts (?path_prefix=)
     GET  /api/executions/{id}             an execution, its pending interrupts, its journal
                                           (?wait=S: once the run this server continues settles)
@@ -8,11 +9,11 @@
     POST /api/executions/{id}/resume      body: the decision (JSON object); ?path= and ?seq= pick one
     POST /api/executions/{id}/cancel      body (optional): {"reason": "..."}; ?wait=S for a running one
     POST /api/executions/{id}/retry       a failed one continues from its last good boundary
+    POST /api/executions/{id}/fork        body: {"at": seq or label, "as": "new id"}
     POST /api/executions/{id}/messages    body: the message (JSON object); ?path= the receiving actor
     GET  /api/executions/{id}/events      its events as server-sent events, from Last-Event-ID
                                           (or ?after=); ?until=paused ends at a pause
-    GET  /approvals                       the page: pending interrupts with Approve / Reject
-    GET  /executions/{id}                 the page: one execution's timeline, updated live
+    GET  /executions, /executions/{id}, /approvals    the console (see `_console`)
 
 An execution id may hold any character: percent-encode it whole in a URL
 (``quote(id, safe="")``, so ``a/b?c`` is ``a%2Fb%3Fc``); the pages' links do.
@@ -25,14 +26,20 @@ validate, 404 for an unknown execution (or actor, for a state), 413 for a body
 over ``max_body_bytes`` (1 MiB by default; it is refused before it is read, or
 as soon as it grows past it).
 
-Security: with a ``token``, every API call needs ``Authorization: Bearer
-<token>`` and the pages a login; `tether serve` refuses to listen off loopback
-without one. A browser gets a random session id (an HttpOnly, SameSite=Strict
-cookie); a form's CSRF token is that id signed with the server's secret, and a
-form posted from another origin (another port of 127.0.0.1 too) is refused, so
-a page that can set cookies for the host still cannot forge a decision. API
-posts must be JSON (a cross-site page cannot send that without a preflight),
-and every value on a page is escaped.
+Who may do what: with a ``token``, every API call needs ``Authorization:
+Bearer <secret>``, the server's token (an admin) or one made with `tether
+tokens create` (scopes read, approve under path prefixes, operate, admin),
+and the pages a login with either. A call outside its token's scopes is a 403
+whose body names the scope it lacks; nothing is done or claimed. Each
+decision and operation journals the name of the token that made it.
+`tether serve` refuses to listen off loopback without a token.
+
+A browser gets a random session id (an HttpOnly, SameSite=Strict cookie); a
+form's CSRF token is that id signed with the server's secret, and a form posted
+from another origin (another port of 127.0.0.1 too) is refused, so a page that
+can set cookies for the host still cannot forge a decision. API posts must be
+JSON (a cross-site page cannot send that without a preflight), and every value
+on a page is escaped.
 """
 
 from __future__ import annotations
@@ -43,12 +50,9 @@ import json
 import logging
 import math
 import secrets
-import shlex
-from collections import OrderedDict
 from contextlib import asynccontextmanager
-from html import escape
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 import anyio
 from pydantic import ValidationError
@@ -58,7 +62,6 @@ from starlette.middleware import Middleware
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 from tether.runtime._core.errors import ActorNotFound
-from tether.runtime._core.interrupt import Resume
 from tether.runtime._executions.query import query
 from tether.stores import (
     AlreadyResumed,
@@ -73,7 +76,10 @@ from tether.stores import (
 )
 
 from . import _pages, _sse
+from ._console import PAGE_SIZE, console_routes, search_of
 from ._operator import Operator
+from ._serving import Serving, nobody_continues
+from ._session import Sessions, problem
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -83,13 +89,9 @@ if TYPE_CHECKING:
     from tether.runtime._executions.runner import Runner
     from tether.stores import Store
 
+    from ._access import Principal, Scope as TokenScope
+
 log = logging.getLogger("tether.runtime.ops.http")
-SID_COOKIE = "tether_sid"
-"""A random id per browser; its form tokens and its login are signed for it."""
-LOGIN_COOKIE = "tether_login"
-"""The login of one browser (set when the server has a token), signed for its session id."""
-SETTLED_KEPT = 1000
-"""How many continued runs a server remembers for ``?wait=`` once they ended."""
 MAX_BODY_BYTES = 1 << 20
 """The default limit on a request body (1 MiB): a decision is a small JSON object or form."""
 WAIT_CAP = 60.0
@@ -112,9 +114,12 @@ def create_app(
     Args:
         store: Where the executions are (opened on first use; closing it is the caller's job).
         runners: The runners this server continues executions with once decided.
-        token: Required from every caller when set (bearer for the API, a login for the pages).
-            The forms' signing secret derives from it, so servers sharing a token accept each
-            other's pages; without one, each app signs with a random secret of its own.
+        token: The admin token. When set, every caller must present it or a token
+            made with `tether tokens create` (bearer for the API, a login for the
+            pages), and is held to that token's scopes. The forms' signing secret
+            derives from it, so servers sharing a token accept each other's pages;
+            without one, each app signs with a random secret of its own, and every
+            caller may do everything.
         secure_cookies: Mark cookies ``Secure`` (serve over HTTPS).
         max_body_bytes: The largest request body accepted; a larger one gets 413 unread.
         allowed_hosts: The host names requests may be addressed to (their ``Host``
@@ -139,120 +144,67 @@ def create_app(
     # replica; without a token there is no login to keep, and a reload fixes a stale page.
     secret = (hmac.new(token.encode(), b"tether-forms", hashlib.sha256).digest() if token
               else secrets.token_bytes(32))
-    tasks: list[anyio.abc.TaskGroup] = []
-    # Each run this server continues, until it has paused or ended; the latest kept, for ?wait=.
-    settled: OrderedDict[str, anyio.Event] = OrderedDict()
-
-    def sign(purpose: bytes, sid: str) -> str:
-        # One secret, distinct purposes: the CSRF token shown on a page is never a login.
-        return hmac.new(secret, purpose + b"\0" + sid.encode(), hashlib.sha256).hexdigest()
-
-    def logged_in(request: Request) -> bool:
-        if token is None:
-            return True
-        sid = request.cookies.get(SID_COOKIE, "")
-        return bool(sid) and hmac.compare_digest(request.cookies.get(LOGIN_COOKIE, "").encode(),
-                                                 sign(b"login", sid).encode())
-
-    def set_cookie(response: Response, name: str, value: str) -> None:
-        response.set_cookie(name, value, httponly=True, samesite="strict", secure=secure_cookies)
+    serving = Serving(operator, token, Sessions(secret, secure=secure_cookies))
+    settled = serving.settled
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tg:
-            tasks.append(tg)
+            serving.tasks.append(tg)
             yield
             # Runs still going when the server stops are journaled up to their last
             # boundary: a later recovery continues them.
             tg.cancel_scope.cancel()
 
-    def api(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-        async def guarded(request: Request) -> Response:
-            if token is not None:
-                given = request.headers.get("authorization", "")
-                if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                    return _problem(401, "Send Authorization: Bearer <token> (the server's TETHER_TOKEN).")
-            try:
-                return await handler(request)
-            except ExecutionNotFound as exc:
-                return _problem(404, str(exc))
-        return guarded
-
-    def page(handler: Callable[[Request, str], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-        async def guarded(request: Request) -> Response:
-            if not logged_in(request):
-                return RedirectResponse(_base(request) + "/login", status_code=303)
-            sid = request.cookies.get(SID_COOKIE) or secrets.token_hex(16)
-            response = await handler(request, sign(b"csrf", sid))
-            if request.cookies.get(SID_COOKIE) != sid:
-                set_cookie(response, SID_COOKIE, sid)
-            return response
-        return guarded
-
-    async def signed_form(request: Request, reload: str) -> dict[str, str] | Response:
-        """The form's fields, or the 403 that refuses a form from another origin or with a wrong token."""
-        origin = request.headers.get("origin")
-        # The scheme is left out: behind a TLS proxy the server sees http, the browser https.
-        if origin is not None and urlsplit(origin).netloc.lower() != request.headers.get("host", "").lower():
-            return _problem(403, f"This form was posted from {origin}, not from this server's own pages; "
-                                 f"nothing was done. Open {reload} on this server and submit it there "
-                                 f"(behind a proxy, pass the Host header through).")
-        form = await request.form()
-        sid = request.cookies.get(SID_COOKIE, "")
-        given = str(form.get("csrf", ""))
-        if not sid or not hmac.compare_digest(given.encode(), sign(b"csrf", sid).encode()):
-            return _problem(403, f"The form's CSRF token is missing or wrong: reload {reload} and try again.")
-        return {k: str(v) for k, v in form.items()}
-
-    async def decide(execution_id: str, value: dict[str, Any], path: str | None, seq: int | None,
-                     by: str) -> bool:
-        """Claim, then continue in the background when this server has the runner."""
-        runner = await operator.decide(execution_id, value, path=path, seq=seq, by=by)  # a misfit: refused first
-        if runner is None or not tasks:
-            return False
-        carry_on_here(execution_id)
-        return True
-
-    async def continue_if_ours(execution_id: str) -> bool:
-        """Carry an execution on here when this server has its runner; whether it does."""
-        found = await operator.store.get_execution(execution_id)
-        if not tasks or found is None or operator.runner_for(found) is None:
-            return False
-        carry_on_here(execution_id)
-        return True
-
-    def carry_on_here(execution_id: str) -> None:
-        done = settled[execution_id] = anyio.Event()
-        settled.move_to_end(execution_id)
-        while len(settled) > SETTLED_KEPT and next(iter(settled.values())).is_set():
-            settled.popitem(last=False)  # bounded: the oldest runs that ended are forgotten
-        tasks[0].start_soon(carry_on, execution_id, done)
-
-    async def carry_on(execution_id: str, done: anyio.Event) -> None:
-        try:
-            result = await operator.resume(execution_id)
-            log.info("execution %s continued: %s", execution_id, result.status)
-        except Exception:
-            log.exception("execution %s could not continue here; a recovery will carry it on", execution_id)
-        finally:
-            done.set()  # this run's own event: a later decision's run has its own
+    def api(scope: TokenScope) -> Callable[[Callable[[Request, Principal], Awaitable[Response]]],
+                                           Callable[[Request], Awaitable[Response]]]:
+        """An API route that needs ``scope``: 401 without a valid token, 403 outside its scopes."""
+        def wrap(handler: Callable[[Request, Principal], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+            async def guarded(request: Request) -> Response:
+                principal = await serving.caller(request)
+                if principal is None:
+                    return problem(401, "Send Authorization: Bearer <token>: the server's TETHER_TOKEN, or one "
+                                        "made with `tether tokens create` (a revoked one no longer works).")
+                refused = serving.refuse(principal, scope)
+                if refused is not None:
+                    return refused
+                try:
+                    return await handler(request, principal)
+                except ExecutionNotFound as exc:
+                    return problem(404, str(exc))
+            return guarded
+        return wrap
 
     # -- the API -----------------------------------------------------------------------
 
-    @api
-    async def list_pending(request: Request) -> Response:
+    @api("read")
+    async def list_executions(request: Request, principal: Principal) -> Response:
+        try:
+            search, cursor = search_of(request.query_params)
+        except ConfigurationError as exc:
+            return problem(400, str(exc))
+        given = request.query_params.get("limit", str(PAGE_SIZE))
+        if not given.isdigit() or not 1 <= int(given) <= 1000:
+            return problem(400, f"limit={given!r}: give a whole number from 1 to 1000 (executions per page).")
+        limit = int(given)
+        rows = await operator.store.search_executions(search, limit=limit + 1, before=cursor)
+        more = _pages.cursor_of(rows[limit - 1]) if len(rows) > limit else None
+        return JSONResponse({"executions": [row.model_dump(mode="json") for row in rows[:limit]], "before": more})
+
+    @api("read")
+    async def list_pending(request: Request, principal: Principal) -> Response:
         rows = await operator.pending(request.query_params.get("path_prefix"))
         return JSONResponse([row.model_dump(mode="json") for row in rows])
 
-    @api
-    async def get_execution(request: Request) -> Response:
+    @api("read")
+    async def get_execution(request: Request, principal: Principal) -> Response:
         execution_id = request.path_params["execution_id"]
         wait = request.query_params.get("wait")
         if wait is not None:
             seconds = _seconds(wait)
             if seconds is None:
-                return _problem(400, f"wait={wait!r} is not a number of seconds: give a finite number from 0 "
-                                     f"up, like wait=30 (at most {WAIT_CAP:g} are waited).")
+                return problem(400, f"wait={wait!r} is not a number of seconds: give a finite number from 0 "
+                                    f"up, like wait=30 (at most {WAIT_CAP:g} are waited).")
             if execution_id in settled:
                 # A long poll: answer once the run this server continues has paused or ended.
                 with anyio.move_on_after(min(seconds, WAIT_CAP)):
@@ -260,13 +212,13 @@ def create_app(
         view = await operator.show(execution_id)
         return JSONResponse(view.as_json())
 
-    @api
-    async def get_state(request: Request) -> Response:
+    @api("read")
+    async def get_state(request: Request, principal: Principal) -> Response:
         execution_id = request.path_params["execution_id"]
         try:
             found = await query(operator.store, execution_id, request.query_params.get("path") or None)
         except ActorNotFound as exc:
-            return _problem(404, str(exc))
+            return problem(404, str(exc))
         except ExecutionNotFound:
             # An id may itself end in "/state": an execution of that whole id is shown.
             if await operator.store.get_execution(execution_id + "/state") is None:
@@ -286,225 +238,188 @@ def create_app(
         try:
             after, until = _sse.resume_point(request), _sse.until_of(request)
         except ConfigurationError as exc:
-            return _problem(400, str(exc))
+            return problem(400, str(exc))
         if not found:
             raise ExecutionNotFound(execution_id)
         return await _sse.event_response(operator.store, execution_id, after=after, until=until)
 
-    api_events = api(follow_or_show)
+    @api("read")
+    async def api_events(request: Request, principal: Principal) -> Response:
+        return await follow_or_show(request)
 
-    @api
-    async def resume(request: Request) -> Response:
+    @api("approve")
+    async def resume(request: Request, principal: Principal) -> Response:
         execution_id = request.path_params["execution_id"]
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-            return _problem(415, "Send the decision as a JSON object with Content-Type: application/json.")
+            return problem(415, "Send the decision as a JSON object with Content-Type: application/json.")
         try:
             seq = int(request.query_params["seq"]) if "seq" in request.query_params else None
         except ValueError:
-            return _problem(400, f"seq={request.query_params['seq']!r} is not a whole number: give the seq of "
-                                 f"the pending interrupt (from /api/pending); nothing was claimed.")
+            return problem(400, f"seq={request.query_params['seq']!r} is not a whole number: give the seq of "
+                                f"the pending interrupt (from /api/pending); nothing was claimed.")
         try:
             value = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _problem(400, f"The body is not JSON ({exc}); nothing was claimed.")
+            return problem(400, f"The body is not JSON ({exc}); nothing was claimed.")
         if not isinstance(value, dict):
-            return _problem(422, 'The decision must be a JSON object, like {"approved": true}; nothing was claimed.')
+            return problem(422, 'The decision must be a JSON object, like {"approved": true}; nothing was claimed.')
+        path = request.query_params.get("path")
+        refused = await _outside(principal, execution_id, path)
+        if refused is not None:
+            return refused
         try:
-            continuing = await decide(execution_id, value, request.query_params.get("path"), seq,
-                                      _decider("api", value))
+            continuing = await serving.decide(execution_id, value, path, seq,
+                                              serving.by("api", principal, _approver(value)))
         except ValidationError as exc:
-            return _problem(422, f"Not a valid decision; nothing was claimed: {exc}")
+            return problem(422, f"Not a valid decision; nothing was claimed: {exc}")
         except AlreadyResumed as exc:
-            return _problem(409, str(exc))
+            return problem(409, str(exc))
         except (NoPendingInterrupt, ExecutionFinished, LeaseHeld, StaleLease, ConfigurationError) as exc:
-            return _problem(409, str(exc))
+            return problem(409, str(exc))
         detail = ("Decision recorded; this server continues the run." if continuing
-                  else f"Decision recorded; {_nobody_continues(execution_id)}.")
+                  else f"Decision recorded; {nobody_continues(execution_id)}.")
         return JSONResponse({"execution_id": execution_id, "status": "accepted", "continuing": continuing,
                              "detail": detail}, status_code=202)
 
-    @api
-    async def cancel_execution(request: Request) -> Response:
+    async def _outside(principal: Principal, execution_id: str, path: str | None) -> Response | None:
+        """The 403 for a decision the token may not make at that path (checked before anything is claimed)."""
+        if not principal.paths or "admin" in principal.scopes:
+            return None
+        if path is not None:
+            return serving.refuse(principal, "approve", path)
+        # Without ?path= the decision goes to the execution's one pending call: each must be in scope.
+        for row in await operator.store.list_pending(execution_id=execution_id):
+            refused = serving.refuse(principal, "approve", row.agent_path)
+            if refused is not None:
+                return refused
+        return None
+
+    @api("operate")
+    async def cancel_execution(request: Request, principal: Principal) -> Response:
         execution_id = request.path_params["execution_id"]
         body = await request.body()
         try:
             fields = json.loads(body) if body.strip() else {}
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _problem(400, f"The body is not JSON ({exc}); nothing was cancelled.")
+            return problem(400, f"The body is not JSON ({exc}); nothing was cancelled.")
         reason = fields.get("reason", "") if isinstance(fields, dict) else None
         if not isinstance(reason, str):
-            return _problem(422, 'Give the cancel as a JSON object with an optional "reason" string, like '
-                                 '{"reason": "customer withdrew"}; nothing was cancelled.')
+            return problem(422, 'Give the cancel as a JSON object with an optional "reason" string, like '
+                                '{"reason": "customer withdrew"}; nothing was cancelled.')
         wait = _seconds(request.query_params.get("wait", str(CANCEL_WAIT)))
         if wait is None:
-            return _problem(400, f"wait={request.query_params['wait']!r} is not a number of seconds: give a "
-                                 f"finite number from 0 up (at most {WAIT_CAP:g} are waited).")
+            return problem(400, f"wait={request.query_params['wait']!r} is not a number of seconds: give a "
+                                f"finite number from 0 up (at most {WAIT_CAP:g} are waited).")
         try:
-            result = await operator.cancel(execution_id, reason=reason, by="api", wait=min(wait, WAIT_CAP))
+            result = await operator.cancel(execution_id, reason=reason, by=serving.by("api", principal),
+                                           wait=min(wait, WAIT_CAP))
         except ValidationError as exc:
-            return _problem(422, f"Not a valid reason; nothing was cancelled: {exc}")
+            return problem(422, f"Not a valid reason; nothing was cancelled: {exc}")
         if result.status in ("completed", "failed", "timed_out"):
-            return _problem(409, f"Execution {execution_id!r} had already {result.status.replace('_', ' ')}; a "
-                                 f"finished execution stays as it ended.")
+            return problem(409, f"Execution {execution_id!r} had already {result.status.replace('_', ' ')}; a "
+                                f"finished execution stays as it ended.")
         # 202: recorded, and the process that runs it stops it at its next await.
         return JSONResponse(result.model_dump(mode="json"), status_code=200 if result.status == "cancelled" else 202)
 
-    @api
-    async def post_message(request: Request) -> Response:
+    @api("operate")
+    async def post_message(request: Request, principal: Principal) -> Response:
         execution_id = request.path_params["execution_id"]
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-            return _problem(415, "Send the message as a JSON object with Content-Type: application/json.")
+            return problem(415, "Send the message as a JSON object with Content-Type: application/json.")
         try:
             message = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _problem(400, f"The body is not JSON ({exc}); nothing was sent.")
+            return problem(400, f"The body is not JSON ({exc}); nothing was sent.")
         if not isinstance(message, dict):
-            return _problem(422, 'The message must be a JSON object, like {"approved": true}; nothing was sent.')
+            return problem(422, 'The message must be a JSON object, like {"approved": true}; nothing was sent.')
         try:
             entry = await operator.send_message(execution_id, message, path=request.query_params.get("path"),
-                                                by="api")
+                                                by=serving.by("api", principal))
         except ValidationError as exc:
-            return _problem(422, f"Not what the receiving actor waits for; nothing was sent: {exc}")
+            return problem(422, f"Not what the receiving actor waits for; nothing was sent: {exc}")
         except ActorNotFound as exc:
-            return _problem(404, str(exc))
+            return problem(404, str(exc))
         except (ExecutionFinished, ConfigurationError) as exc:
-            return _problem(409, str(exc))
+            return problem(409, str(exc))
         return JSONResponse({"execution_id": execution_id, "path": entry.path, "seq": entry.seq,
                              "status": "accepted"}, status_code=202)
 
-    @api
-    async def retry_execution(request: Request) -> Response:
+    @api("operate")
+    async def retry_execution(request: Request, principal: Principal) -> Response:
         execution_id = request.path_params["execution_id"]
         try:
-            result = await operator.retry(execution_id, by="api")
+            result = await operator.retry(execution_id, by=serving.by("api", principal))
         except NotFailed as exc:
-            return _problem(409, str(exc))
-        continuing = await continue_if_ours(execution_id)
+            return problem(409, str(exc))
+        continuing = await serving.continue_if_ours(execution_id)
         detail = ("Retrying; this server continues the run." if continuing
-                  else f"Retrying; {_nobody_continues(execution_id)}.")
+                  else f"Retrying; {nobody_continues(execution_id)}.")
         return JSONResponse({**result.model_dump(mode="json"), "continuing": continuing, "detail": detail},
                             status_code=202)
 
-    @api
-    async def fork_execution(request: Request) -> Response:
+    @api("operate")
+    async def fork_execution(request: Request, principal: Principal) -> Response:
         execution_id = request.path_params["execution_id"]
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-            return _problem(415, 'Send the fork as a JSON object with Content-Type: application/json, like '
-                                 '{"at": 3, "as": "new-id"}.')
+            return problem(415, 'Send the fork as a JSON object with Content-Type: application/json, like '
+                                '{"at": 3, "as": "new-id"}.')
         try:
             body = json.loads(await request.body())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _problem(400, f"The body is not JSON ({exc}); nothing was forked.")
+            return problem(400, f"The body is not JSON ({exc}); nothing was forked.")
         at, new_id = (body.get("at"), body.get("as")) if isinstance(body, dict) else (None, None)
         if not isinstance(at, int | str) or isinstance(at, bool) or not isinstance(new_id, str) or not new_id:
-            return _problem(422, 'Give "at" (a seq from the history, or a label such as "node:b") and "as" '
-                                 '(the fork\'s new execution id); nothing was forked.')
+            return problem(422, 'Give "at" (a seq from the history, or a label such as "node:b") and "as" '
+                                '(the fork\'s new execution id); nothing was forked.')
         assert isinstance(body, dict)
         effects = body.get("effects", "again")
         if effects not in ("again", "reuse"):
-            return _problem(422, f'"effects" is "again" (the fork\'s side effects are its own) or "reuse", not '
-                                 f'{effects!r}; nothing was forked.')
+            return problem(422, f'"effects" is "again" (the fork\'s side effects are its own) or "reuse", not '
+                                f'{effects!r}; nothing was forked.')
         changes = {"update": body["update"]} if "update" in body else {}
         try:
             await operator.fork(execution_id, at=at, new_execution_id=new_id, effects=effects, **changes)
         except ValidationError as exc:
-            return _problem(422, f"Not a valid decision for that boundary; nothing was forked: {exc}")
+            return problem(422, f"Not a valid decision for that boundary; nothing was forked: {exc}")
         except (ConfigurationError, LeaseHeld) as exc:
-            return _problem(409, str(exc))
-        continuing = await continue_if_ours(new_id)
+            return problem(409, str(exc))
+        continuing = await serving.continue_if_ours(new_id)
         detail = ("Forked; this server runs the fork." if continuing
-                  else f"Forked, not run; {_nobody_continues(new_id)}.")
+                  else f"Forked, not run; {nobody_continues(new_id)}.")
         return JSONResponse({"execution_id": new_id, "forked_from": execution_id, "at": at,
                              "continuing": continuing, "detail": detail}, status_code=201)
 
-    # -- the pages ---------------------------------------------------------------------
+    # -- the pages' own stream, and the rest ---------------------------------------------
 
-    @page
-    async def approvals_page(request: Request, csrf: str) -> Response:
-        rows = await operator.pending(request.query_params.get("path_prefix"))
-        return HTMLResponse(_pages.approvals(rows, csrf, base=_base(request),
-                                             flash=request.query_params.get("flash", ""),
-                                             error=request.query_params.get("error", "")))
-
-    async def approvals_decide(request: Request) -> Response:
-        back = _base(request) + "/approvals"
-        if not logged_in(request):
-            return RedirectResponse(_base(request) + "/login", status_code=303)
-        form = await signed_form(request, back)
-        if isinstance(form, Response):
-            return form
-        execution_id = form.get("execution_id", "")
-        approved = form.get("decision") == "approve"
-        value = Resume(approved=approved,
-                       metadata={"approver": form.get("approver", ""), "note": form.get("note", "")})
-        try:
-            seq = int(form["seq"]) if form.get("seq") else None
-            decision = value.model_dump(mode="json")
-            continuing = await decide(execution_id, decision, form.get("path") or None, seq,
-                                      _decider("page", decision))
-        except (AlreadyResumed, NoPendingInterrupt, ExecutionFinished, ExecutionNotFound, LeaseHeld,
-                ConfigurationError, ValidationError, ValueError) as exc:
-            return RedirectResponse(back + "?" + urlencode({"error": str(exc)}), status_code=303)
-        verdict = "approved" if approved else "rejected"
-        flash = (f"{execution_id}: {verdict}." if continuing
-                 else f"{execution_id}: {verdict} and recorded; {_nobody_continues(execution_id)}.")
-        return RedirectResponse(back + "?" + urlencode({"flash": flash}), status_code=303)
+    pages = console_routes(serving)
+    execution_page = pages[-1].endpoint
 
     async def page_events(request: Request) -> Response:
         # The live page's own stream: EventSource sends the login cookie, not a bearer token.
-        if not logged_in(request):
-            return _problem(401, "Log in at /login to follow this execution.")
+        principal = await serving.visitor(request)
+        if principal is None:
+            return problem(401, "Log in at /login to follow this execution.")
+        refused = serving.refuse(principal, "read")
+        if refused is not None:
+            return refused
         try:
             return await follow_or_show(request)
         except ExecutionNotFound as exc:
-            return _problem(404, str(exc))
-
-    @page
-    async def execution_page(request: Request, csrf: str) -> Response:
-        try:
-            view = await operator.show(request.path_params["execution_id"])
-        except ExecutionNotFound as exc:
-            return HTMLResponse(_pages.page("Not found - tether", f"<p class=error>{escape(str(exc))}</p>"), 404)
-        return HTMLResponse(_pages.timeline(view, base=_base(request)))
-
-    async def login_page(request: Request) -> Response:
-        sid = request.cookies.get(SID_COOKIE) or secrets.token_hex(16)
-        response = HTMLResponse(_pages.login(sign(b"csrf", sid), base=_base(request)))
-        if request.cookies.get(SID_COOKIE) != sid:
-            set_cookie(response, SID_COOKIE, sid)
-        return response
-
-    async def login(request: Request) -> Response:
-        base = _base(request)
-        form = await signed_form(request, base + "/login")
-        if isinstance(form, Response):
-            return form
-        if token is None:
-            return RedirectResponse(base + "/approvals", status_code=303)
-        if not hmac.compare_digest(form.get("token", "").encode(), token.encode()):
-            csrf = sign(b"csrf", request.cookies.get(SID_COOKIE, ""))
-            return HTMLResponse(_pages.login(csrf, base=base, error="Wrong token."), 401)
-        # A fresh session id: one planted in this browser before the login is not the one logged in.
-        sid = secrets.token_hex(16)
-        response = RedirectResponse(base + "/approvals", status_code=303)
-        set_cookie(response, SID_COOKIE, sid)
-        set_cookie(response, LOGIN_COOKIE, sign(b"login", sid))
-        return response
+            return problem(404, str(exc))
 
     async def health(request: Request) -> Response:
         return PlainTextResponse("ok")
 
     async def home(request: Request) -> Response:
-        return RedirectResponse(_base(request) + "/approvals", status_code=303)
+        return RedirectResponse(_base(request) + "/executions", status_code=303)
 
     # An id is the whole rest of the path (it may hold "/"): the resume route takes the last
     # "/resume" off, so an id that itself ends in "/resume" still works.
     async def no_store(request: Request, exc: Exception) -> Response:
         # Served before the application made its store (the page never makes one): say so.
         if request.url.path.startswith(_base(request) + "/api/"):
-            return _problem(503, str(exc))
-        return HTMLResponse(_pages.page("No store - tether", f"<p class=error role=alert>{escape(str(exc))}</p>"),
-                            503)
+            return problem(503, str(exc))
+        return HTMLResponse(_pages.message("No store", str(exc)), 503)
 
     middleware = [Middleware(_BodyLimit, max_bytes=max_body_bytes)]
     if allowed_hosts is not None:
@@ -514,6 +429,7 @@ def create_app(
         Route("/", home),
         Route("/healthz", health),
         Route("/api/pending", list_pending),
+        Route("/api/executions", list_executions),
         Route("/api/executions/{execution_id:path}/resume", resume, methods=["POST"]),
         Route("/api/executions/{execution_id:path}/fork", fork_execution, methods=["POST"]),
         Route("/api/executions/{execution_id:path}/cancel", cancel_execution, methods=["POST"]),
@@ -522,12 +438,8 @@ def create_app(
         Route("/api/executions/{execution_id:path}/events", api_events),
         Route("/api/executions/{execution_id:path}/state", get_state),
         Route("/api/executions/{execution_id:path}", get_execution),
-        Route("/approvals", approvals_page),
-        Route("/approvals/decide", approvals_decide, methods=["POST"]),
         Route("/executions/{execution_id:path}/events", page_events),
-        Route("/executions/{execution_id:path}", execution_page),
-        Route("/login", login_page),
-        Route("/login", login, methods=["POST"]),
+        *pages,
     ])
     # For an embedding application (and tests): the event of each execution this server
     # is continuing, set once that run has paused, finished or failed here.
@@ -603,22 +515,18 @@ class _BodyLimit:
             await self._refuse(scope, receive, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = _problem(413, f"The request body is over this server's limit of {self.max_bytes} bytes; "
+        response = problem(413, f"The request body is over this server's limit of {self.max_bytes} bytes; "
                                  f"nothing was claimed. A decision is a small JSON object: send less "
                                  f"(or raise create_app's max_body_bytes=).")
         response.headers["connection"] = "close"
         await response(scope, receive, send)
 
 
-def _decider(via: str, value: dict[str, Any]) -> str:
-    """Who decided, as journaled: how the decision came, and the approver it names, if any."""
+def _approver(value: dict[str, Any]) -> str | None:
+    """The approver a decision names in its metadata, if any."""
     metadata = value.get("metadata")
     approver = metadata.get("approver") if isinstance(metadata, dict) else None
-    return f"{via}:{approver}" if isinstance(approver, str) and approver else via
-
-
-def _problem(status: int, detail: str) -> JSONResponse:
-    return JSONResponse({"detail": detail}, status_code=status)
+    return approver if isinstance(approver, str) and approver else None
 
 
 def _base(request: Request) -> str:
@@ -633,8 +541,3 @@ def _seconds(text: str) -> float | None:
     except ValueError:
         return None
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
-
-
-def _nobody_continues(execution_id: str) -> str:
-    return (f"no process here continues it: run it with a worker (`tether worker --app module:attr`) "
-            f"or `tether resume {shlex.quote(execution_id)} --app module:attr`")

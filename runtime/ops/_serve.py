@@ -47,7 +47,7 @@ def serve_forever(store_url: str, runners: list[Runner], *, host: str, port: int
         hosts = None if token is not None else sorted({"127.0.0.1", "localhost", "::1", host})
         try:
             app = create_app(store, runners, token=token, allowed_hosts=hosts)
-            log.info("serving %s on http://%s:%d/approvals (%s)", store_url, host, port, backend)
+            log.info("serving %s on http://%s:%d/executions (%s)", store_url, host, port, backend)
             if not runners:
                 # Said at start: otherwise an approval made here looks as if it set the run going.
                 log.warning("no runners here (no --app): decisions are recorded, but no process here "

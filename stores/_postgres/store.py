@@ -42,6 +42,7 @@ from .._migrations import POSTGRES_MIGRATIONS
 from .._models import (
     FINAL_STATUSES,
     Execution,
+    ExecutionSearch,
     ExecutionStatus,
     IdempotencyRecord,
     JournalEntry,
@@ -55,8 +56,18 @@ from .._models import (
     ScheduleRow,
     StartResult,
     ThreadSummary,
+    TokenRow,
 )
-from .._protocol import SCHEMA_VERSION, check_limit, prunable, version_pairs
+from .._protocol import (
+    SCHEMA_VERSION,
+    ancestors,
+    check_limit,
+    prefix_range,
+    prunable,
+    token_digest_taken,
+    token_named,
+    version_pairs,
+)
 from .._queues import Candidate, Counts, admit, fetch_size, room, stats
 from .._watch import committed
 from .pool import ConnectionPool, connect_detached, finish_detached
@@ -81,6 +92,7 @@ _EXEC_COLS = (
     "queue, queue_key, priority"
 )
 _PENDING_COLS = "execution_id, path, reason, context, seq, created_at, deadline, default_value"
+_TOKEN_COLS = "name, digest, scopes, paths, created_at, revoked_at"
 _FINAL_SQL = "('completed', 'failed', 'cancelled', 'timed_out')"
 _FENCE = "id = $1 AND lease_epoch = $2 AND lease_owner = $3"
 # Inserts the entries given as four parallel arrays, numbered from bump.first.
@@ -129,6 +141,11 @@ def _schedule(row: asyncpg.Record) -> ScheduleRow:
                        **_json.loads(row["definition"]))
 
 
+def _token(row: asyncpg.Record) -> TokenRow:
+    return TokenRow(name=row["name"], digest=row["digest"], scopes=_json.loads(row["scopes"]),
+                    paths=_json.loads(row["paths"]), created_at=row["created_at"], revoked_at=row["revoked_at"])
+
+
 def _lease(execution_id: str, owner: str, row: asyncpg.Record) -> Lease:
     """A lease as a statement that took it returned it, with what its holder must obey."""
     return Lease(execution_id=execution_id, owner=owner, epoch=row["lease_epoch"],
@@ -147,6 +164,50 @@ def _pending(row: asyncpg.Record) -> PendingInterrupt:
         deadline=row["deadline"],
         default=None if row["default_value"] is None else _json.loads(row["default_value"]),
     )
+
+
+def search_sql(s: ExecutionSearch, limit: int, before: Execution | None) -> tuple[str, list[Any]]:
+    """`PostgresStore.search_executions`'s query: only the filters given, each one an index serves."""
+    where: list[str] = []
+    args: list[Any] = []
+
+    def arg(value: Any) -> str:
+        args.append(value)
+        return f"${len(args)}"
+
+    for column, value in (("status", s.status), ("version", s.version), ("thread", s.thread)):
+        if value is not None:
+            where.append(f"{column} = {arg(value)}")
+    if s.root_path is not None:
+        # In "C", as its indexes are (for a deterministic collation, equality is the same).
+        where.append(f'root_path COLLATE "C" = {arg(s.root_path)}')
+    if s.since is not None:
+        where.append(f"created_at >= {arg(s.since)}")
+    if s.until is not None:
+        where.append(f"created_at < {arg(s.until)}")
+    # Prefixes as ranges of the "C" collation (byte order), which their indexes are on:
+    # exact and case-sensitive whatever the database's collation (see `prefix_range`).
+    if s.id_prefix:
+        where.append(_prefixed("id", s.id_prefix, arg))
+    if s.path_prefix:
+        below = _prefixed("root_path", s.path_prefix, arg)
+        above = ancestors(s.path_prefix)  # the roots of trees the prefix lies in
+        if above:
+            below = f'({below} OR root_path COLLATE "C" = ANY({arg(above)}::text[]))'
+        where.append(below)
+    if before is not None:
+        where.append(f"(created_at, id) < ({arg(before.created_at)}, {arg(before.execution_id)})")
+    sql = f"SELECT {_EXEC_COLS} FROM tether_executions"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    return sql + f" ORDER BY created_at DESC, id DESC LIMIT {arg(limit)}", args
+
+
+def _prefixed(column: str, prefix: str, arg: Callable[[Any], str]) -> str:
+    """``column`` starts with ``prefix``, as a range of the "C" collation that its index serves."""
+    low, high = prefix_range(prefix)
+    starts = f'{column} COLLATE "C" >= {arg(low)}'
+    return starts if high is None else f'({starts} AND {column} COLLATE "C" < {arg(high)})'
 
 
 def redact(dsn: str) -> str:
@@ -851,6 +912,61 @@ class PostgresStore(DriverStore):
         rows = await self._fetch(sql, status, moment, after.execution_id if after else None, limit, thread)
         return [_execution(r) for r in rows]
 
+    async def search_executions(
+        self, search: ExecutionSearch | None = None, *, limit: int = 50, before: Execution | None = None
+    ) -> list[Execution]:
+        check_limit(limit)
+        sql, args = search_sql(search or ExecutionSearch(), limit, before)
+
+        async def op_fn(op: Op) -> list[asyncpg.Record]:
+            assert self._pool is not None
+            with self._map_errors():
+                async with self._pool.connection() as conn:
+                    # A statement of its own, planned for these values: a cached one may switch to a
+                    # generic plan after five runs, and a generic plan may walk the creation index
+                    # past a rare runner's or path's rows (the whole table, for one that matches none).
+                    statement = await conn.prepare(sql)
+                    return await statement.fetch(*args)  # type: ignore[no-any-return]
+
+        return [_execution(r) for r in await self._run(op_fn)]
+
+    async def create_token(self, token: TokenRow) -> None:
+        import asyncpg
+
+        scopes = _json.dumps(token.scopes, what="the token's scopes")
+        paths = _json.dumps(token.paths, what="the token's paths")
+
+        async def op_fn(op: Op) -> None:
+            assert self._pool is not None
+            with self._map_errors():
+                async with self._pool.connection() as conn:
+                    op.commit()
+                    try:
+                        await conn.execute(
+                            f"INSERT INTO tether_tokens ({_TOKEN_COLS}) VALUES ($1, $2, $3::json, $4::json, $5, $6)",
+                            token.name, token.digest, scopes, paths, token.created_at, token.revoked_at)
+                    except asyncpg.UniqueViolationError as exc:
+                        # The unique index on live names decides, so two concurrent creators cannot both win.
+                        if exc.constraint_name == "tether_tokens_live":
+                            raise token_named(token.name) from None
+                        raise token_digest_taken() from None
+
+        await self._run(op_fn)
+
+    async def find_token(self, digest: str) -> TokenRow | None:
+        rows = await self._fetch(f"SELECT {_TOKEN_COLS} FROM tether_tokens WHERE digest = $1 AND revoked_at IS NULL",
+                                 digest)
+        return _token(rows[0]) if rows else None
+
+    async def list_tokens(self) -> list[TokenRow]:
+        rows = await self._fetch(f"SELECT {_TOKEN_COLS} FROM tether_tokens ORDER BY name, created_at, digest")
+        return [_token(r) for r in rows]
+
+    async def revoke_token(self, name: str, *, at: datetime) -> bool:
+        rows = await self._fetch("UPDATE tether_tokens SET revoked_at = $2 WHERE name = $1 AND revoked_at IS NULL "
+                                 "RETURNING 1", name, at, write=True)
+        return bool(rows)
+
     async def list_threads(self, *, limit: int = 100, after: str | None = None) -> list[ThreadSummary]:
         check_limit(limit)
         rows = await self._fetch(
@@ -1350,7 +1466,7 @@ class PostgresStore(DriverStore):
                 (list(get_args(ExecutionStatus)),),
             ),
         ]
-        tables = ("tether_executions", "tether_journal", "tether_pending", "tether_idempotency")
+        tables = ("tether_executions", "tether_journal", "tether_pending", "tether_idempotency", "tether_tokens")
 
         async def op_fn(op: Op) -> tuple[list[str], bool]:
             assert self._pool is not None

@@ -40,6 +40,7 @@ _VALUES = (
     ("tether_journal", ("execution_id", "seq"), ("path", "label", "kind"), ("payload",)),
     ("tether_pending", ("execution_id", "path"), ("reason",), ("context", "default_value")),
     ("tether_idempotency", ("execution_id", "key"), (), ("value",)),
+    ("tether_tokens", ("digest",), ("name",), ("scopes", "paths")),
 )
 _STATUSES = frozenset(get_args(ExecutionStatus))
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .. import _json
-from .._models import Execution, PendingInterrupt
+from .._models import Execution, PendingInterrupt, TokenRow
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -23,6 +23,7 @@ EXEC_COLS = (
 )
 PENDING_COLS = "execution_id, path, reason, context, seq, created_at, deadline, default_value"
 FINAL_SQL = "('completed', 'failed', 'cancelled', 'timed_out')"
+TOKEN_COLS = "name, digest, scopes, paths, created_at, revoked_at"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -41,6 +42,11 @@ def to_us(moment: datetime) -> int:
 def span_us(seconds: float) -> int:
     """A duration in the store's unit."""
     return int(seconds * 1_000_000)
+
+
+def to_us_or_none(moment: datetime | None) -> int | None:
+    """`to_us`, for a column that may be NULL."""
+    return None if moment is None else to_us(moment)
 
 
 def from_us(value: int) -> datetime:
@@ -94,3 +100,8 @@ def pending_from(row: Sequence[Any]) -> PendingInterrupt:
         default=None if row[7] is None else _json.loads(row[7]),
     )
 
+
+def token_from(row: Sequence[Any]) -> TokenRow:
+    """A token from a row of `TOKEN_COLS`."""
+    return TokenRow(name=row[0], digest=row[1], scopes=_json.loads(row[2]), paths=_json.loads(row[3]),
+                    created_at=from_us(row[4]), revoked_at=from_us_or_none(row[5]))

@@ -43,6 +43,7 @@ from .._limits import Window, blocked, spent, take
 from .._models import (
     FINAL_STATUSES,
     Execution,
+    ExecutionSearch,
     ExecutionStatus,
     IdempotencyRecord,
     JournalEntry,
@@ -56,8 +57,17 @@ from .._models import (
     ScheduleRow,
     StartResult,
     ThreadSummary,
+    TokenRow,
 )
-from .._protocol import check_limit, prunable, version_pairs
+from .._protocol import (
+    ancestors,
+    check_limit,
+    prefix_range,
+    prunable,
+    token_digest_taken,
+    token_named,
+    version_pairs,
+)
 from .._queues import Candidate, Counts, admit, fetch_size, room, stats
 from .._watch import committed
 from . import _aiosqlite
@@ -68,6 +78,7 @@ from .rows import (
     EXEC_COLS,
     FINAL_SQL,
     PENDING_COLS,
+    TOKEN_COLS,
     execution_from,
     from_us,
     from_us_or_none,
@@ -75,6 +86,8 @@ from .rows import (
     pending_from,
     span_us,
     to_us,
+    to_us_or_none,
+    token_from,
 )
 from .writes import GroupCommit, Synchronous, WritePolicy
 
@@ -649,6 +662,56 @@ class SQLiteStore(DriverStore):
         params.append(limit)
         return await self._read(lambda db: [execution_from(r) for r in db.execute(sql, params)])
 
+    async def search_executions(
+        self, search: ExecutionSearch | None = None, *, limit: int = 50, before: Execution | None = None
+    ) -> list[Execution]:
+        check_limit(limit)
+        sql, params = search_sql(search or ExecutionSearch(), limit, before)
+        return await self._read(lambda db: [execution_from(r) for r in db.execute(sql, params)])
+
+    async def create_token(self, token: TokenRow) -> None:
+        row = (token.name, token.digest, _json.dumps(token.scopes, what="the token's scopes"),
+               _json.dumps(token.paths, what="the token's paths"), to_us(token.created_at),
+               to_us_or_none(token.revoked_at))
+
+        def fn(db: sqlite3.Connection, now: int) -> None:
+            # DO NOTHING, not a caught IntegrityError (which the store takes for damage); the
+            # write lock held since BEGIN IMMEDIATE makes the look that follows exact.
+            made = db.execute(f"INSERT INTO tether_tokens ({TOKEN_COLS}) VALUES (?, ?, ?, ?, ?, ?) "
+                              "ON CONFLICT DO NOTHING RETURNING 1", row).fetchall()
+            if made:
+                return
+            if token.revoked_at is None and db.execute(
+                    "SELECT 1 FROM tether_tokens WHERE name = ? AND revoked_at IS NULL", (token.name,)).fetchone():
+                raise token_named(token.name)
+            raise token_digest_taken()
+
+        await self._write(fn)
+
+    async def find_token(self, digest: str) -> TokenRow | None:
+        def fn(db: sqlite3.Connection) -> TokenRow | None:
+            row = db.execute(f"SELECT {TOKEN_COLS} FROM tether_tokens WHERE digest = ? AND revoked_at IS NULL",
+                             (digest,)).fetchone()
+            return None if row is None else token_from(row)
+
+        return await self._read(fn)
+
+    async def list_tokens(self) -> list[TokenRow]:
+        def fn(db: sqlite3.Connection) -> list[TokenRow]:
+            return [token_from(r) for r in db.execute(
+                f"SELECT {TOKEN_COLS} FROM tether_tokens ORDER BY name, created_at, digest")]
+
+        return await self._read(fn)
+
+    async def revoke_token(self, name: str, *, at: datetime) -> bool:
+        revoked = to_us(at)
+
+        def fn(db: sqlite3.Connection, now: int) -> bool:
+            return db.execute("UPDATE tether_tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL",
+                              (revoked, name)).rowcount > 0
+
+        return await self._write(fn)
+
     async def list_threads(self, *, limit: int = 100, after: str | None = None) -> list[ThreadSummary]:
         check_limit(limit)
 
@@ -1179,6 +1242,50 @@ def _pending_filter(execution_id: str | None, path_prefix: str | None) -> tuple[
         where.append("substr(path, 1, length(?)) = ?")
         params += [path_prefix, path_prefix]
     return where, params
+
+
+def search_sql(s: ExecutionSearch, limit: int, before: Execution | None) -> tuple[str, list[Any]]:
+    """`SQLiteStore.search_executions`'s query: only the filters given, each one an index serves."""
+    where: list[str] = []
+    params: list[Any] = []
+    for column, value in (("status", s.status), ("root_path", s.root_path), ("version", s.version),
+                          ("thread", s.thread)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if s.since is not None:
+        where.append("created_at >= ?")
+        params.append(to_us(s.since))
+    if s.until is not None:
+        where.append("created_at < ?")
+        params.append(to_us(s.until))
+    # Prefixes as ranges of BINARY (byte) order: exact, case-sensitive and indexed (see `prefix_range`).
+    if s.id_prefix:
+        where.append(_prefixed("id", s.id_prefix, params))
+    if s.path_prefix:
+        below = _prefixed("root_path", s.path_prefix, params)
+        above = ancestors(s.path_prefix)  # the roots of trees the prefix lies in
+        if above:
+            below = f"({below} OR root_path IN ({', '.join('?' for _ in above)}))"
+            params += above
+        where.append(below)
+    if before is not None:
+        where.append("(created_at, id) < (?, ?)")
+        params += [to_us(before.created_at), before.execution_id]
+    sql = f"SELECT {EXEC_COLS} FROM tether_executions"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    return sql + " ORDER BY created_at DESC, id DESC LIMIT ?", [*params, limit]
+
+
+def _prefixed(column: str, prefix: str, params: list[Any]) -> str:
+    """``column`` starts with ``prefix``, as a range its index serves; appends the bounds to ``params``."""
+    low, high = prefix_range(prefix)
+    params.append(low)
+    if high is None:
+        return f"{column} >= ?"
+    params.append(high)
+    return f"({column} >= ? AND {column} < ?)"
 
 
 def _pending_paths(db: sqlite3.Connection, execution_id: str) -> list[str]:

@@ -164,7 +164,8 @@ async def test_the_approval_form_needs_its_csrf_token(db_store: Store) -> None:
         assert [p.agent_path for p in await db_store.list_pending()] == [PATH]
         done = await client.post("/approvals/decide", data={**form, "csrf": csrf})
         assert done.status_code == 303
-        assert "approved" in done.headers["location"]
+        assert done.headers["location"] == "/approvals"
+        assert "h-8: approved." in (await client.get("/approvals")).text
         await settled(client, "h-8")
         timeline = await client.get("/executions/h-8")
         assert 'data-testid=status>completed<' in timeline.text

@@ -198,7 +198,7 @@ def test_the_timeline_page_shows_a_decision_made_elsewhere_without_a_reload(url:
         page.goto(f"{bare.base}/login")
         page.locator("input[name=token]").fill(TOKEN)
         page.get_by_role("button", name="Log in").click()
-        page.wait_for_url("**/approvals")
+        page.wait_for_url("**/executions")
         with page.expect_response(lambda answer: answer.url.split("?")[0].endswith("/events")) as stream:
             page.goto(f"{bare.base}/executions/{quote(execution_id, safe='')}")
         assert stream.value.status == 200

@@ -9,7 +9,17 @@ from pathlib import Path
 
 import anyio
 import pytest
-from tether.stores import SCHEMA_VERSION, Lease, NewEntry, PostgresStore, SQLiteStore, StaleLease, Store
+from tether.stores import (
+    SCHEMA_VERSION,
+    ExecutionSearch,
+    Lease,
+    NewEntry,
+    PostgresStore,
+    SQLiteStore,
+    StaleLease,
+    Store,
+    TokenRow,
+)
 from tether.stores._migrations import POSTGRES_MIGRATIONS, SQLITE_MIGRATIONS
 
 from tests._postgres import admin_script, admin_sql
@@ -111,3 +121,56 @@ async def test_a_version_1_postgres_schema_is_upgraded_in_place(postgres_dsn: st
         admin_sql, postgres_dsn, f"SELECT version FROM {pg_schema}.tether_schema ORDER BY version"
     )
     assert [row[0] for row in rows] == list(range(1, SCHEMA_VERSION + 1))
+
+
+async def test_a_version_12_sqlite_database_gains_search_indexes_and_tokens(tmp_path: Path) -> None:
+    path = tmp_path / "v12.db"
+    with sqlite3.connect(path) as db:
+        for version in range(13):
+            for statement in SQLITE_MIGRATIONS[version]:
+                db.execute(statement)
+        db.executemany("INSERT INTO tether_schema (version, applied_at) VALUES (?, 0)", [(v,) for v in range(1, 13)])
+        db.execute("INSERT INTO tether_executions (id, runner, root_path, fingerprint, status, input, lease_epoch, "
+                   "created_at, updated_at) VALUES ('old', 'r', 'chain:r', '', 'failed', 'null', 1, 0, 0)")
+    db.close()
+    async with SQLiteStore(path) as store:
+        assert [e.execution_id for e in await store.search_executions(
+            ExecutionSearch(status="failed", path_prefix="chain:r/node:a"))] == ["old"]
+        assert [e.execution_id for e in await store.search_executions(
+            ExecutionSearch(root_path="chain:r", version=""))] == ["old"]
+        await store.create_token(TokenRow(name="ops", digest="d", scopes=["read"], created_at=datetime.now(UTC)))
+        assert [t.name for t in await store.list_tokens()] == ["ops"]
+    with sqlite3.connect(path) as db:
+        versions = [r[0] for r in db.execute("SELECT version FROM tether_schema ORDER BY version")]
+        names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type IN ('index', 'table')")}
+    db.close()
+    assert versions == list(range(1, SCHEMA_VERSION + 1))
+    assert {"tether_executions_by_status_created", "tether_executions_by_root_version",
+            "tether_executions_by_root", "tether_executions_by_version",
+            "tether_tokens", "tether_tokens_live"} <= names
+
+
+async def test_a_version_12_postgres_schema_gains_search_indexes_and_tokens(postgres_dsn: str, pg_schema: str) -> None:
+    statements = [f'CREATE SCHEMA "{pg_schema}"', f'SET search_path TO "{pg_schema}"']
+    statements += [s for version in range(13) for s in POSTGRES_MIGRATIONS[version]]
+    statements += [f"INSERT INTO tether_schema (version) VALUES ({v})" for v in range(1, 13)]
+    statements.append("INSERT INTO tether_executions (id, runner, root_path, fingerprint, status, input, lease_epoch, "
+                      "next_seq, created_at, updated_at) VALUES ('old', 'r', 'chain:r', '', 'failed', 'null', 1, 1, "
+                      "now(), now())")
+    await anyio.to_thread.run_sync(admin_script, postgres_dsn, ";\n".join(statements))
+    async with PostgresStore(postgres_dsn, schema=pg_schema) as store:
+        assert [e.execution_id for e in await store.search_executions(
+            ExecutionSearch(status="failed", path_prefix="chain:r/node:a"))] == ["old"]
+        assert [e.execution_id for e in await store.search_executions(
+            ExecutionSearch(root_path="chain:r", version=""))] == ["old"]
+        await store.create_token(TokenRow(name="ops", digest="d", scopes=["read"], created_at=datetime.now(UTC)))
+        assert [t.name for t in await store.list_tokens()] == ["ops"]
+    rows = await anyio.to_thread.run_sync(
+        admin_sql, postgres_dsn,
+        f"SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '{pg_schema}'")
+    assert {"tether_executions_by_status_created", "tether_executions_by_root_version",
+            "tether_executions_by_root", "tether_executions_by_version",
+            "tether_executions_by_id_prefix", "tether_tokens", "tether_tokens_live"} <= {r[0] for r in rows}
+    versions = await anyio.to_thread.run_sync(
+        admin_sql, postgres_dsn, f"SELECT version FROM {pg_schema}.tether_schema ORDER BY version")
+    assert [row[0] for row in versions] == list(range(1, SCHEMA_VERSION + 1))
