@@ -15,8 +15,8 @@ The console is ``create_app(store, [], token=None)`` served in this process
 (httpx.ASGITransport inside the app's lifespan), and each case is a GET as a
 browser sends it: the executions page unfiltered and under each filter, the
 page reached by following ``rel=next`` 50 times, the JSON API's first page, and
-the approvals page of one subtree (which lists up to 1000 pending calls and
-reads each one's execution). Per case, 3 warm-up requests, then ``--rounds``
+the approvals page of one subtree (which shows its oldest 200 pending calls and
+reads each one's execution for its input). Per case, 3 warm-up requests, then ``--rounds``
 timed ones, the cases interleaved round by round so drift on the machine hits
 them alike. After each request the store call the page makes is timed alone
 (``search_executions`` with limit 51, the page's 50 and one to know there is a
@@ -46,6 +46,7 @@ import anyio
 import asyncpg
 import httpx
 from tether.runtime.ops import create_app
+from tether.runtime.ops._console import APPROVALS_SHOWN
 from tether.stores import Execution, ExecutionSearch, Store, open_store
 
 from bench import _console_data
@@ -200,8 +201,9 @@ async def store_call(store: Store, client: httpx.AsyncClient, case: Case) -> Cal
         case.url, before = await deep_url(client, store)
     if case.kind == "approvals":
         async def approvals() -> list[str]:
-            # The page: the pending calls (at most 1000), then each one's execution for its input.
-            rows = await store.list_pending(path_prefix=case.prefix, limit=1000)
+            # The page: the oldest pending calls it shows (and one to know more wait), then
+            # each one's execution for its input.
+            rows = (await store.list_pending(path_prefix=case.prefix, limit=APPROVALS_SHOWN + 1))[:APPROVALS_SHOWN]
             for execution_id in dict.fromkeys(row.execution_id for row in rows):
                 await store.get_execution(execution_id)
             return [row.execution_id for row in rows]
@@ -287,7 +289,7 @@ def report(kind: str, backend: str, results: list[Measured]) -> str:
                      f"{statistics.median(req) - statistics.median(st):.2f} |")
     approvals = [m for m in results if m.case.kind == "approvals"]
     if approvals:
-        lines.append(f"\nThe approvals row's store part is list_pending(limit=1000) and one get_execution per "
+        lines.append(f"\nThe approvals row's store part is list_pending (the oldest {APPROVALS_SHOWN}) and one get_execution per "
                      f"execution listed ({approvals[0].rows} here), as the page makes them.")
     return "\n".join(lines)
 

@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 
 PAGE_SIZE = 50
 """Executions listed per page."""
+APPROVALS_SHOWN = 200
+"""The pending calls one approvals page shows, oldest first: a longer queue is narrowed by a path prefix."""
 BULK_MAX = 200
 """The most pending calls one bulk approval decides."""
 REFUSED = (AlreadyResumed, NoPendingInterrupt, ExecutionFinished, ExecutionNotFound, LeaseHeld,
@@ -180,13 +182,14 @@ def console_routes(serving: Serving) -> list[Route]:
     @html_page("read")
     async def approvals_page(request: Request, chrome: _pages.Chrome) -> Response:
         prefix = request.query_params.get("path_prefix", "")
-        rows = await operator.pending(prefix or None)
+        rows = await operator.pending(prefix or None, limit=APPROVALS_SHOWN + 1)
+        more, rows = len(rows) > APPROVALS_SHOWN, rows[:APPROVALS_SHOWN]
         inputs: dict[str, Any] = {}
         for row in rows:
             if row.execution_id not in inputs:
                 found = await operator.store.get_execution(row.execution_id)
                 inputs[row.execution_id] = None if found is None else found.input
-        return HTMLResponse(_pages.approvals(rows, inputs, chrome, prefix=prefix))
+        return HTMLResponse(_pages.approvals(rows, inputs, chrome, prefix=prefix, more=more))
 
     async def decide_one(principal: Principal, row: tuple[str, str, int | None], approved: bool,
                          approver: str, note: str) -> bool:

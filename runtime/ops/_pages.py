@@ -339,7 +339,7 @@ def group_of(path: str) -> str:
 
 
 def approvals(pending: Sequence[PendingInterrupt], inputs: dict[str, Any], chrome: Chrome, *,
-              prefix: str = "") -> str:
+              prefix: str = "", more: bool = False) -> str:
     """Pending interrupts grouped by the actor waiting, each with its context, the run's input and a decision."""
     base = escape(chrome.base)
     parts = ["<h1>Approvals</h1>",
@@ -352,6 +352,9 @@ def approvals(pending: Sequence[PendingInterrupt], inputs: dict[str, Any], chrom
     groups: dict[str, list[PendingInterrupt]] = {}
     for row in pending:
         groups.setdefault(group_of(row.agent_path), []).append(row)
+    if more:
+        parts.append(f"<p class=muted data-testid=more>The oldest {len(pending)} are shown; more wait. Narrow "
+                     f"them with a path prefix, or decide these first.</p>")
     bulk = any(chrome.principal.may("approve", row.agent_path) for row in pending)
     sections = []
     for name, rows in groups.items():

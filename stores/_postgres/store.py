@@ -166,8 +166,16 @@ def _pending(row: asyncpg.Record) -> PendingInterrupt:
     )
 
 
-def search_sql(s: ExecutionSearch, limit: int, before: Execution | None) -> tuple[str, list[Any]]:
-    """`PostgresStore.search_executions`'s query: only the filters given, each one an index serves."""
+FEW_IDS = 1000
+"""At most this many ids under a prefix are looked up by the id index first, then fetched by id."""
+
+
+def search_sql(s: ExecutionSearch, limit: int, before: Execution | None,
+               ids: list[str] | None = None) -> tuple[str, list[Any]]:
+    """`PostgresStore.search_executions`'s query: only the filters given, each one an index serves.
+
+    ``ids``: the ids under ``s.id_prefix``, when they are few (see `FEW_IDS`).
+    """
     where: list[str] = []
     args: list[Any] = []
 
@@ -187,7 +195,9 @@ def search_sql(s: ExecutionSearch, limit: int, before: Execution | None) -> tupl
         where.append(f"created_at < {arg(s.until)}")
     # Prefixes as ranges of the "C" collation (byte order), which their indexes are on:
     # exact and case-sensitive whatever the database's collation (see `prefix_range`).
-    if s.id_prefix:
+    if ids is not None:
+        where.append(f"id = ANY({arg(ids)}::text[])")
+    elif s.id_prefix:
         where.append(_prefixed("id", s.id_prefix, arg))
     if s.path_prefix:
         below = _prefixed("root_path", s.path_prefix, arg)
@@ -916,12 +926,25 @@ class PostgresStore(DriverStore):
         self, search: ExecutionSearch | None = None, *, limit: int = 50, before: Execution | None = None
     ) -> list[Execution]:
         check_limit(limit)
-        sql, args = search_sql(search or ExecutionSearch(), limit, before)
+        search = search or ExecutionSearch()
+        sql, args = search_sql(search, limit, before)
 
         async def op_fn(op: Op) -> list[asyncpg.Record]:
             assert self._pool is not None
             with self._map_errors():
                 async with self._pool.connection() as conn:
+                    if search.id_prefix:
+                        # The planner cannot estimate a "C" range on ids (its statistics are in the
+                        # database's collation) and guesses 1% of the table: for a rare prefix it then
+                        # walks the creation index through every row. Few ids are fetched by id instead.
+                        low, high = prefix_range(search.id_prefix)
+                        found = await conn.fetch(
+                            'SELECT id FROM tether_executions WHERE id COLLATE "C" >= $1'
+                            + ('' if high is None else ' AND id COLLATE "C" < $2') + f" LIMIT {FEW_IDS + 1}",
+                            *([low] if high is None else [low, high]))
+                        if len(found) <= FEW_IDS:
+                            sql_ids, args_ids = search_sql(search, limit, before, [row[0] for row in found])
+                            return await (await conn.prepare(sql_ids)).fetch(*args_ids)  # type: ignore[no-any-return]
                     # A statement of its own, planned for these values: a cached one may switch to a
                     # generic plan after five runs, and a generic plan may walk the creation index
                     # past a rare runner's or path's rows (the whole table, for one that matches none).

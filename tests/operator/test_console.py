@@ -330,3 +330,23 @@ async def test_bulk_approval_confirms_first_then_decides_each(db_store: Store) -
         assert again.status_code == 303
         assert "Approved 0 of 2." in (await page.get("/approvals")).text  # decided already: refused, not twice
     assert [r.execution_id for r in await db_store.list_pending()] == [rows[2].execution_id]
+
+
+async def test_a_long_queue_shows_its_oldest_and_says_more_wait(db_store: Store) -> None:
+    from tether.stores import NewEntry, NewInterrupt
+
+    for n in range(203):
+        started = await db_store.start_execution(
+            NewExecution(execution_id=f"q-{n:03d}", runner="Chain", root_path="chain:refund"),
+            owner="test", lease_seconds=60)
+        assert started.lease is not None
+        await db_store.suspend(started.lease, [NewEntry(path=PATH, label="node:approve", kind="suspended")],
+                               NewInterrupt(path=PATH, reason="manager_approval", context={"n": n}))
+        await db_store.release_lease(started.lease, status="paused")
+    async with console(db_store) as app, browser(app, ADMIN) as page:
+        html = (await page.get("/approvals")).text
+        assert html.count("data-testid=pending") == 200
+        assert "data-testid=more" in html
+        assert "q-000" in html and "q-202" not in html  # the oldest first
+        narrowed = (await page.get("/approvals", params={"path_prefix": "chain:other"})).text
+        assert "data-testid=more" not in narrowed and "id=empty" in narrowed

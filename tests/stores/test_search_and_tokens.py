@@ -405,3 +405,19 @@ async def test_sqlite_check_reads_the_tokens(tmp_path: Any) -> None:
     async with SQLiteStore(path) as store:
         [problem] = await store.check()
     assert problem.startswith("tether_tokens row ('d-ops'): paths is not JSON")
+
+
+async def test_an_id_prefix_with_many_matches_still_pages_them_all(store: Store) -> None:
+    # Past a thousand ids under a prefix, Postgres reads by creation time rather than by id: same rows.
+    for n in range(1003):
+        await add(store, f"bulk-{n:04d}")
+    await add(store, "bulk", root="chain:other")
+    await add(store, "bulj-9")
+    every = await ids(store, limit=2000, id_prefix="bulk-")
+    assert len(every) == 1003 and set(every) == {f"bulk-{n:04d}" for n in range(1003)}
+    assert await ids(store, limit=2000, id_prefix="bulk-100") == ["bulk-1002", "bulk-1001", "bulk-1000"]
+    first = await store.search_executions(ExecutionSearch(id_prefix="bulk-"), limit=600)
+    rest = await store.search_executions(ExecutionSearch(id_prefix="bulk-"), limit=600, before=first[-1])
+    assert len(first) == 600 and len(rest) == 403
+    assert {e.execution_id for e in first} | {e.execution_id for e in rest} == set(every)
+    assert await ids(store, limit=2000, id_prefix="bulk", root_path="chain:other") == ["bulk"]
