@@ -364,7 +364,9 @@ def summarize(entry: JournalEntry, width: int = 100) -> str:
     if entry.kind == "suspended":
         text = f"suspended at {payload.get('path')}"
     elif entry.kind == "resumed":
-        text = f"decision for {entry.path}: {_short(payload.get('value'))}"
+        by = payload.get("by")
+        text = f"decision for {entry.path}{f' by {by}' if isinstance(by, str) and by else ''}: " \
+            f"{_short(payload.get('value'))}"
     elif entry.label == "takeover" and isinstance(payload, dict):
         # Who forced it comes first: it is what an operator looks for, and the owners are long.
         how = f"forced by {payload.get('operator')}" if payload.get("forced") else \
