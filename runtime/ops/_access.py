@@ -45,6 +45,8 @@ class Principal:
     """The prefixes ``approve`` is limited to; empty: every path."""
     anonymous: bool = False
     """A server without a token: everyone on its loopback may do everything."""
+    server: bool = False
+    """The server's own token (``TETHER_TOKEN``), which no store holds."""
 
     def lacks(self, scope: Scope, path: str | None = None) -> str | None:
         """Why this principal may not do ``scope`` (at ``path``), or None when it may."""
@@ -63,6 +65,7 @@ class Principal:
 
 
 ANYONE = Principal("", frozenset({"admin"}), anonymous=True)
+SERVER = Principal("admin", frozenset({"admin"}), server=True)
 
 
 def under(path: str, prefixes: Iterable[str]) -> bool:
@@ -120,7 +123,7 @@ async def create_token(store: Store, name: str, scopes: Sequence[str], paths: Se
 async def authenticate(store: Store, secret: str, admin_token: str | None) -> Principal | None:
     """The principal a presented secret stands for, or None (unknown or revoked: looked up every time)."""
     if admin_token is not None and hmac.compare_digest(secret.encode(), admin_token.encode()):
-        return Principal("admin", frozenset({"admin"}))
+        return SERVER
     if not secret.startswith(PREFIX):
         return None
     return await principal_of(store, digest(secret))

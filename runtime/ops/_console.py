@@ -134,7 +134,7 @@ def console_routes(serving: Serving) -> list[Route]:
             return HTMLResponse(_pages.message("Not found", str(exc), chrome), 404)
         at = request.query_params.get("at", "")
         return HTMLResponse(_pages.execution(view, boundaries(view.entries), chrome,
-                                             at=int(at) if at.isdigit() else None))
+                                             at=int(at) if at.isascii() and at.isdigit() else None))
 
     @form_post("operate")
     async def cancel(request: Request, principal: Principal, form: dict[str, list[str]]) -> Response:
@@ -166,7 +166,7 @@ def console_routes(serving: Serving) -> list[Route]:
         execution_id = request.path_params["execution_id"]
         here = _pages.execution_href(execution_id, base(request))
         at, new_id = _one(form, "at"), _one(form, "as").strip()
-        if not at.isdigit() or not new_id:
+        if not (at.isascii() and at.isdigit()) or not new_id:
             return back_to(request, here, "Pick a boundary and give the fork a new id; nothing was forked.", error=True)
         try:
             await operator.fork(execution_id, at=int(at), new_execution_id=new_id)
@@ -206,7 +206,10 @@ def console_routes(serving: Serving) -> list[Route]:
         execution_id, path = _one(form, "execution_id"), _one(form, "path")
         if not principal.may("approve", path or None):
             return serving.refuse(principal, "approve", path) or Response(status_code=403)
-        approved = _one(form, "decision") == "approve"
+        verdict = _one(form, "decision")
+        if verdict not in ("approve", "reject"):  # fails closed: no verdict is not a rejection
+            return back_to(request, back, "Press Approve or Reject; nothing was decided.", error=True)
+        approved = verdict == "approve"
         try:
             seq = int(_one(form, "seq")) if _one(form, "seq") else None
             continuing = await decide_one(principal, (execution_id, path, seq), approved, _one(form, "approver"),
@@ -259,9 +262,9 @@ def console_routes(serving: Serving) -> list[Route]:
             csrf = sessions.csrf(sessions.sid(request))
             return HTMLResponse(_pages.login(csrf, base=base(request), error="Wrong or revoked token."), 401)
         response = RedirectResponse(base(request) + "/executions", status_code=303)
-        # The server's own token logs in as "admin" (no stored token has that name); a stored
+        # The server's own token logs in as "admin" (a digest is hex: never that word); a stored
         # one by its digest, looked up again at every request so that a revocation holds at once.
-        sessions.log_in(response, "admin" if principal.name == "admin" else digest(_one(form, "token")))
+        sessions.log_in(response, "admin" if principal.server else digest(_one(form, "token")))
         return response
 
     async def logout(request: Request) -> Response:
@@ -339,9 +342,9 @@ def search_of(params: Any) -> tuple[ExecutionSearch, Execution | None]:
             return None
         try:
             parsed = datetime.fromisoformat(value)
-        except ValueError:
+            return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+        except (ValueError, OverflowError):
             raise ConfigurationError(f"{name}={value!r} is not a time: give it as 2026-12-01T09:30 (UTC).") from None
-        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
     status = text("status")
     if status is not None and status not in _pages.STATUSES:
@@ -367,5 +370,9 @@ def _cursor(before: str) -> Execution:
         raise ConfigurationError(f"before={before!r} is not a page cursor: follow the page's own links.") from None
     if created.tzinfo is None or not execution_id:
         raise ConfigurationError(f"before={before!r} is not a page cursor: follow the page's own links.")
+    try:  # the id as a search field takes it: text every store keeps (no NUL)
+        ExecutionSearch(id_prefix=execution_id)
+    except ValidationError:
+        raise ConfigurationError(f"before={before!r} is not a page cursor: follow the page's own links.") from None
     # Only the two keys matter to the query: the row itself may since have been pruned.
     return Execution.model_construct(execution_id=execution_id, created_at=created)

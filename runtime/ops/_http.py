@@ -168,6 +168,12 @@ def create_app(
                 refused = serving.refuse(principal, scope)
                 if refused is not None:
                     return refused
+                origin = request.headers.get("origin")
+                if request.method == "POST" and origin is not None and \
+                        urlsplit(origin).netloc.lower() != request.headers.get("host", "").lower():
+                    # A browser on another site (a "simple" POST needs no preflight): never an operator's tool.
+                    return problem(403, f"This API call came from a page at {origin}; nothing was done. Call the "
+                                        f"API from a program, or act from this server's own pages.")
                 try:
                     return await handler(request, principal)
                 except ExecutionNotFound as exc:
@@ -184,7 +190,7 @@ def create_app(
         except ConfigurationError as exc:
             return problem(400, str(exc))
         given = request.query_params.get("limit", str(PAGE_SIZE))
-        if not given.isdigit() or not 1 <= int(given) <= 1000:
+        if not (given.isascii() and given.isdigit()) or not 1 <= int(given) <= 1000:
             return problem(400, f"limit={given!r}: give a whole number from 1 to 1000 (executions per page).")
         limit = int(given)
         rows = await operator.store.search_executions(search, limit=limit + 1, before=cursor)
@@ -264,9 +270,10 @@ def create_app(
         if not isinstance(value, dict):
             return problem(422, 'The decision must be a JSON object, like {"approved": true}; nothing was claimed.')
         path = request.query_params.get("path")
-        refused = await _outside(principal, execution_id, path)
-        if refused is not None:
-            return refused
+        bound = await _bound(principal, execution_id, path, seq)
+        if isinstance(bound, Response):
+            return bound
+        path, seq = bound
         try:
             continuing = await serving.decide(execution_id, value, path, seq,
                                               serving.by("api", principal, _approver(value)))
@@ -281,18 +288,23 @@ def create_app(
         return JSONResponse({"execution_id": execution_id, "status": "accepted", "continuing": continuing,
                              "detail": detail}, status_code=202)
 
-    async def _outside(principal: Principal, execution_id: str, path: str | None) -> Response | None:
-        """The 403 for a decision the token may not make at that path (checked before anything is claimed)."""
+    async def _bound(principal: Principal, execution_id: str, path: str | None, seq: int | None
+                     ) -> Response | tuple[str | None, int | None]:
+        """The call a decision may claim: the 403 when the token may not decide there.
+
+        A token limited to path prefixes claims exactly the call it was checked
+        against: without ``?path=``, the execution's one pending call, its path and
+        seq pinned, so a suspension made meanwhile elsewhere in the tree is not taken.
+        """
         if not principal.paths or "admin" in principal.scopes:
-            return None
+            return path, seq
         if path is not None:
-            return serving.refuse(principal, "approve", path)
-        # Without ?path= the decision goes to the execution's one pending call: each must be in scope.
-        for row in await operator.store.list_pending(execution_id=execution_id):
-            refused = serving.refuse(principal, "approve", row.agent_path)
-            if refused is not None:
-                return refused
-        return None
+            return serving.refuse(principal, "approve", path) or (path, seq)
+        rows = await operator.store.list_pending(execution_id=execution_id)
+        if len(rows) != 1:
+            return problem(409, f"{len(rows)} calls of {execution_id!r} wait for a decision: give ?path= (and "
+                                f"?seq=) of the one to decide; nothing was claimed.")
+        return serving.refuse(principal, "approve", rows[0].agent_path) or (rows[0].agent_path, rows[0].seq)
 
     @api("operate")
     async def cancel_execution(request: Request, principal: Principal) -> Response:
@@ -377,6 +389,11 @@ def create_app(
             return problem(422, f'"effects" is "again" (the fork\'s side effects are its own) or "reuse", not '
                                 f'{effects!r}; nothing was forked.')
         changes = {"update": body["update"]} if "update" in body else {}
+        if changes:
+            # An update rewrites what a boundary recorded, a decision too: only an admin may.
+            refused = serving.refuse(principal, "admin")
+            if refused is not None:
+                return refused
         try:
             await operator.fork(execution_id, at=at, new_execution_id=new_id, effects=effects, **changes)
         except ValidationError as exc:
@@ -421,7 +438,7 @@ def create_app(
             return problem(503, str(exc))
         return HTMLResponse(_pages.message("No store", str(exc)), 503)
 
-    middleware = [Middleware(_BodyLimit, max_bytes=max_body_bytes)]
+    middleware = [Middleware(_Framing), Middleware(_BodyLimit, max_bytes=max_body_bytes)]
     if allowed_hosts is not None:
         middleware.insert(0, Middleware(_HostCheck, allowed=tuple(allowed_hosts)))
     app = Starlette(lifespan=lifespan, middleware=middleware,
@@ -445,6 +462,32 @@ def create_app(
     # is continuing, set once that run has paused, finished or failed here.
     app.state.settled = settled
     return app
+
+
+class _Framing:
+    """Headers on every answer: no page of this server inside another's frame, no type sniffing.
+
+    SameSite cookies do not tell ports apart, so a page on another port of the host
+    could frame the console, logged in, and have its buttons clicked (clickjacking).
+    """
+
+    HEADERS = ((b"x-frame-options", b"DENY"), (b"content-security-policy", b"frame-ancestors 'none'"),
+               (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"same-origin"))
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *self.HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
 
 
 class _HostCheck:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._access import ANYONE, Principal, authenticate, principal_of
+from ._access import ANYONE, SERVER, Principal, authenticate, principal_of
 from ._session import Sessions, problem
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class Serving:
         if who is None:
             return ANYONE if self.token is None else None
         if who == "admin":
-            return Principal("admin", frozenset({"admin"})) if self.token is not None else None
+            return SERVER if self.token is not None else None
         return await principal_of(self.operator.store, who)  # None at once when it was revoked
 
     @staticmethod

@@ -28,6 +28,8 @@ LOGIN_COOKIE = "tether_login"
 """Who this browser logged in as (``admin``, or a token's digest), signed for its session id."""
 FLASH_COOKIE = "tether_flash"
 """What the last form did, shown once on the next page."""
+FLASH_MAX = 1000
+"""The longest flash kept, in characters: a browser drops a cookie over 4 KB, and base64 grows text by a third."""
 
 
 class Sessions:
@@ -83,7 +85,9 @@ class Sessions:
         return who
 
     def flash(self, request: Request, response: Response, text: str, *, error: bool = False) -> None:
-        """Show ``text`` once on the next page this browser opens."""
+        """Show ``text`` once on the next page this browser opens (cut to fit a cookie)."""
+        if len(text) > FLASH_MAX:
+            text = text[: FLASH_MAX - 1] + "…"
         value = base64.urlsafe_b64encode(json.dumps([text, error]).encode()).decode()
         self._set(response, FLASH_COOKIE, f"{value}.{self.sign(b'flash', self.sid(request) + chr(0) + value)}")
 

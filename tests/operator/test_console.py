@@ -350,3 +350,47 @@ async def test_a_long_queue_shows_its_oldest_and_says_more_wait(db_store: Store)
         assert "q-000" in html and "q-202" not in html  # the oldest first
         narrowed = (await page.get("/approvals", params={"path_prefix": "chain:other"})).text
         assert "data-testid=more" not in narrowed and "id=empty" in narrowed
+
+
+async def test_what_a_review_found_stays_closed(db_store: Store) -> None:
+    from tether.runtime.ops._access import digest
+    from tether.stores import TokenRow
+
+    await paused(db_store, "r-7")
+    await db_store.enqueue_execution(NewExecution(execution_id="idle", runner="Chain", root_path="chain:refund"))
+    operator_ = await create_token(db_store, "ops", ["operate"])
+    limited = await create_token(db_store, "limited", ["approve"], ["chain:refund/"])
+    # A stored token named like the server's own, made straight in the store: still only what it says.
+    fake = "tether_fake-admin-secret"
+    await db_store.create_token(TokenRow(name="admin", digest=digest(fake), scopes=["read"],
+                                         created_at=datetime.now(UTC)))
+    async with console(db_store) as app:
+        async with client(app, operator_) as api:
+            rewrite = await api.post("/api/executions/r-7/fork", json={"at": 1, "as": "r-7b", "update": {"x": 1}})
+            assert rewrite.status_code == 403 and rewrite.json()["missing_scope"] == "admin"
+            foreign = await api.post("/api/executions/r-7/cancel", headers={"origin": "http://evil.test"})
+            assert foreign.status_code == 403
+        async with client(app, limited) as api:
+            nothing = await api.post("/api/executions/idle/resume", json={"approved": True})
+            assert nothing.status_code == 409 and "?path=" in nothing.json()["detail"]
+        async with client(app, ADMIN) as api:
+            for params in ({"limit": "²"}, {"since": "0001-01-01T00:00+01:00"}, {"before": "2026-01-01T00:00:00+00:00 a\x00"}):
+                assert (await api.get("/api/executions", params=params)).status_code == 400, params
+        async with browser(app, fake) as page:
+            html = (await page.get("/executions")).text
+            assert "signed in as <strong data-testid=who>admin</strong> (read)" in html
+            assert (await page.get("/executions/r-7", params={"at": "²"})).status_code == 200
+            denied = await page.post("/executions/r-7/cancel", data={"csrf": _csrf(html)})
+            assert denied.status_code == 403 and denied.json()["missing_scope"] == "operate"
+        async with browser(app, ADMIN) as page:
+            shown = await page.get("/approvals")
+            assert shown.headers["x-frame-options"] == "DENY"
+            assert "frame-ancestors 'none'" in shown.headers["content-security-policy"]
+            seq = (await db_store.list_pending())[0].seq
+            blank = await page.post("/approvals/decide", data={"csrf": _csrf(shown.text), "execution_id": "r-7",
+                                                              "path": PATH, "seq": str(seq), "approver": "a"})
+            assert blank.status_code == 303
+            assert "Press Approve or Reject" in (await page.get("/approvals")).text
+    assert await pending_paths(db_store) == [("r-7", PATH)]  # nothing above claimed or cancelled it
+    assert (await db_store.get_execution("r-7")).status == "paused"  # type: ignore[union-attr]
+    assert await db_store.get_execution("r-7b") is None

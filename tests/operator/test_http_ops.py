@@ -21,9 +21,10 @@ from ._flows import refund
 from .test_http import paused
 
 
-def test_the_public_module_exports_create_app() -> None:
-    assert tether.runtime.ops.__all__ == ("create_app",)
+def test_the_public_module_exports_create_app_and_create_token() -> None:
+    assert tether.runtime.ops.__all__ == ("SCOPES", "create_app", "create_token")
     assert tether.runtime.ops.create_app is tether.runtime.ops._http.create_app
+    assert tether.runtime.ops.SCOPES == ("read", "approve", "operate", "admin")
     assert "Mount(" in (tether.runtime.ops.__doc__ or "")
 
 
