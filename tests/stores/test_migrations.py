@@ -123,6 +123,16 @@ async def test_a_version_1_postgres_schema_is_upgraded_in_place(postgres_dsn: st
     assert [row[0] for row in rows] == list(range(1, SCHEMA_VERSION + 1))
 
 
+async def searches_and_keeps_tokens(store: Store) -> None:
+    """What schema 13 adds works on a database upgraded to it, holding an execution 'old' of chain:r."""
+    assert [e.execution_id for e in await store.search_executions(
+        ExecutionSearch(status="failed", path_prefix="chain:r/node:a"))] == ["old"]
+    assert [e.execution_id for e in await store.search_executions(
+        ExecutionSearch(root_path="chain:r", version=""))] == ["old"]
+    await store.create_token(TokenRow(name="ops", digest="d", scopes=["read"], created_at=datetime.now(UTC)))
+    assert [t.name for t in await store.list_tokens()] == ["ops"]
+
+
 async def test_a_version_12_sqlite_database_gains_search_indexes_and_tokens(tmp_path: Path) -> None:
     path = tmp_path / "v12.db"
     with sqlite3.connect(path) as db:
@@ -134,12 +144,7 @@ async def test_a_version_12_sqlite_database_gains_search_indexes_and_tokens(tmp_
                    "created_at, updated_at) VALUES ('old', 'r', 'chain:r', '', 'failed', 'null', 1, 0, 0)")
     db.close()
     async with SQLiteStore(path) as store:
-        assert [e.execution_id for e in await store.search_executions(
-            ExecutionSearch(status="failed", path_prefix="chain:r/node:a"))] == ["old"]
-        assert [e.execution_id for e in await store.search_executions(
-            ExecutionSearch(root_path="chain:r", version=""))] == ["old"]
-        await store.create_token(TokenRow(name="ops", digest="d", scopes=["read"], created_at=datetime.now(UTC)))
-        assert [t.name for t in await store.list_tokens()] == ["ops"]
+        await searches_and_keeps_tokens(store)
     with sqlite3.connect(path) as db:
         versions = [r[0] for r in db.execute("SELECT version FROM tether_schema ORDER BY version")]
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type IN ('index', 'table')")}
@@ -159,12 +164,7 @@ async def test_a_version_12_postgres_schema_gains_search_indexes_and_tokens(post
                       "now(), now())")
     await anyio.to_thread.run_sync(admin_script, postgres_dsn, ";\n".join(statements))
     async with PostgresStore(postgres_dsn, schema=pg_schema) as store:
-        assert [e.execution_id for e in await store.search_executions(
-            ExecutionSearch(status="failed", path_prefix="chain:r/node:a"))] == ["old"]
-        assert [e.execution_id for e in await store.search_executions(
-            ExecutionSearch(root_path="chain:r", version=""))] == ["old"]
-        await store.create_token(TokenRow(name="ops", digest="d", scopes=["read"], created_at=datetime.now(UTC)))
-        assert [t.name for t in await store.list_tokens()] == ["ops"]
+        await searches_and_keeps_tokens(store)
     rows = await anyio.to_thread.run_sync(
         admin_sql, postgres_dsn,
         f"SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '{pg_schema}'")
