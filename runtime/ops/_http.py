@@ -233,7 +233,8 @@ def create_app(
             return await get_execution(request)
         return JSONResponse(found.model_dump(mode="json"))
 
-    async def follow_or_show(request: Request) -> Response:
+    async def follow_or_show(request: Request, principal: Principal, who: Callable[[Request], Awaitable[Principal | None]]
+                             ) -> Response:
         execution_id = request.path_params["execution_id"]
         found = await operator.store.get_execution(execution_id) is not None
         # An id may itself end in "/events": an execution of that whole id is shown, not followed.
@@ -241,17 +242,22 @@ def create_app(
             request.path_params["execution_id"] = execution_id + "/events"
             return await (get_execution if request.url.path.startswith(_base(request) + "/api/")
                           else execution_page)(request)
+
+        async def allowed() -> bool:  # a stored token may be revoked while the stream is open
+            return await who(request) is not None
         try:
             after, until = _sse.resume_point(request), _sse.until_of(request)
         except ConfigurationError as exc:
             return problem(400, str(exc))
         if not found:
             raise ExecutionNotFound(execution_id)
-        return await _sse.event_response(operator.store, execution_id, after=after, until=until)
+        stored = not (principal.anonymous or principal.server)
+        return await _sse.event_response(operator.store, execution_id, after=after, until=until,
+                                         allowed=allowed if stored else None)
 
     @api("read")
     async def api_events(request: Request, principal: Principal) -> Response:
-        return await follow_or_show(request)
+        return await follow_or_show(request, principal, serving.caller)
 
     @api("approve")
     async def resume(request: Request, principal: Principal) -> Response:
@@ -420,7 +426,7 @@ def create_app(
         if refused is not None:
             return refused
         try:
-            return await follow_or_show(request)
+            return await follow_or_show(request, principal, serving.visitor)
         except ExecutionNotFound as exc:
             return problem(404, str(exc))
 

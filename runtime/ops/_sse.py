@@ -22,7 +22,7 @@ from tether.stores import ConfigurationError
 from ._watching import LAST_CURSOR
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     from starlette.requests import Request
     from tether.runtime._core.events import Event
@@ -66,11 +66,17 @@ def encode(event: Event) -> str:
 
 
 async def event_response(store: Store, execution_id: str, *, after: int, until: Until,
-                         keepalive: float = KEEPALIVE) -> StreamingResponse:
-    """The streaming response, for an execution the caller found (an unknown one is its 404)."""
+                         keepalive: float = KEEPALIVE,
+                         allowed: Callable[[], Awaitable[bool]] | None = None) -> StreamingResponse:
+    """The streaming response, for an execution the caller found (an unknown one is its 404).
+
+    ``allowed`` is asked again every ``keepalive`` seconds: once it says no (its
+    token was revoked), the stream ends, and the client's reconnect is refused.
+    """
 
     async def body() -> AsyncIterator[str]:
         yield "retry: 2000\n\n"
+        checked = anyio.current_time()
         async with events(store, execution_id, after=after, until=until) as stream:
             iterator = aiter(stream)
             while True:
@@ -80,6 +86,10 @@ async def event_response(store: Store, execution_id: str, *, after: int, until: 
                         event = await anext(iterator)
                     except StopAsyncIteration:
                         return
+                if allowed is not None and anyio.current_time() - checked >= keepalive:
+                    if not await allowed():
+                        return
+                    checked = anyio.current_time()
                 yield ": keepalive\n\n" if event is None else encode(event)
 
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}

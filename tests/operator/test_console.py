@@ -17,6 +17,7 @@ from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import quote
 
+import anyio
 import httpx
 from starlette.applications import Starlette
 from tether.runtime.ops._access import create_token
@@ -394,3 +395,24 @@ async def test_what_a_review_found_stays_closed(db_store: Store) -> None:
     assert await pending_paths(db_store) == [("r-7", PATH)]  # nothing above claimed or cancelled it
     assert (await db_store.get_execution("r-7")).status == "paused"  # type: ignore[union-attr]
     assert await db_store.get_execution("r-7b") is None
+
+
+async def test_an_open_stream_ends_once_its_token_is_revoked(db_store: Store) -> None:
+    from tether.runtime.ops import _sse
+
+    await paused(db_store, "r-8")  # paused: its stream stays open until the run ends
+    live = {"yes": True}
+
+    async def allowed() -> bool:
+        return live["yes"]
+
+    response = await _sse.event_response(db_store, "r-8", after=0, until="finished", keepalive=0.05,
+                                         allowed=allowed)
+    chunks = []
+    with anyio.fail_after(30):
+        async for chunk in response.body_iterator:
+            chunks.append(chunk)
+            if chunk == ": keepalive\n\n":
+                live["yes"] = False  # revoked: the next check ends the stream
+    assert any(str(c).startswith("id: ") for c in chunks)  # the journal's events came first
+    assert chunks.count(": keepalive\n\n") == 1
