@@ -52,7 +52,8 @@ pre{background:#f5f5f5;padding:.5rem;margin:.25rem 0;white-space:pre-wrap;max-he
 .cols{display:grid;grid-template-columns:1fr 1fr;gap:1rem}.cols>*{min-width:0}
 .flash{background:#e6f4e6;border-left:4px solid #2e7d32;padding:.5rem 1rem}
 .error{background:#fbeaea;border-left:4px solid #b3261e;padding:.5rem 1rem}
-form.filters{display:flex;flex-wrap:wrap;gap:.5rem 1rem;align-items:end}
+form.filters{display:flex;flex-wrap:wrap;gap:.5rem 1rem;align-items:end;margin-bottom:1rem}
+caption{text-align:left;padding:.25rem 0}
 label{display:inline-flex;flex-direction:column;font-size:.85rem;color:#333}
 label.pick{flex-direction:row;gap:.3rem;align-items:center;display:inline-flex}
 input,select,button{font:inherit}input,select{padding:.2rem .3rem;min-width:8rem}
@@ -486,6 +487,9 @@ LIVE_JS = """(() => {
     if (event.type === "execution_resumed") {
       for (const card of pending.querySelectorAll("[data-testid=pending]"))
         if (card.dataset.path === event.path) card.remove();
+      for (const actor of document.querySelectorAll("[data-testid=actor]"))
+        if (actor.dataset.path === event.path) actor.querySelector(":scope > [data-testid=waiting]")?.remove();
+      if (!pending.querySelector("[data-testid=pending]")) pending.textContent = "Nothing.";
     }
     if (ends.includes(event.type)) source.close();
   };

@@ -132,6 +132,8 @@ def test_the_page_follows_a_decision_made_in_another_process(url: str, backend: 
         expect(page.locator("[data-testid=live]").first).to_contain_text("chain:refund/node:approve")
         expect(page.locator("h1 + p [data-testid=status]")).to_have_text("decided")
         expect(page.locator("#pending [data-testid=pending]")).to_have_count(0)
+        expect(page.locator("[data-testid=waiting]")).to_have_count(0)  # the tree no longer marks it
+        expect(page.locator("#pending")).to_have_text("Nothing.")
         page.screenshot(path=str(shots / "console-live.png"), full_page=True)
 
 
