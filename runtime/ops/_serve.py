@@ -42,6 +42,13 @@ def serve_forever(store_url: str, runners: list[Runner], *, host: str, port: int
             await store.setup()
         except StoreNotFound as missing:
             log.warning("%s The pages and the API answer 503 until it exists.", missing)
+        else:
+            live = [row.name for row in await store.list_tokens() if row.revoked_at is None]
+            if token is None and live:
+                # Their scopes hold only on a server with a token: without one, everyone is let in.
+                log.warning("%d stored token(s) (%s) limit nothing here: this server has no TETHER_TOKEN, so "
+                            "everyone who reaches it may do everything. Set TETHER_TOKEN (or --token) to hold "
+                            "callers to their tokens' scopes.", len(live), ", ".join(live[:5]))
         # Without a token, only loopback names: a page whose own name a DNS rebinding points
         # at 127.0.0.1 is then refused, though the browser thinks it same-origin.
         hosts = None if token is not None else sorted({"127.0.0.1", "localhost", "::1", host})

@@ -64,3 +64,16 @@ def test_bad_scopes_and_paths_are_refused(tether: Tether, url: str) -> None:
     assert code == 1 and "TETHER_TOKEN" in err
     code, out, _ = tether("tokens", "list", "--json")
     assert json.loads(out) == []
+
+
+def test_a_server_without_a_token_warns_that_stored_tokens_limit_nothing(tether: Tether, url: str,
+                                                                          backend: str) -> None:
+    from .test_browser import serving
+
+    assert tether("migrate")[0] == 0
+    assert tether("tokens", "create", "support", "--scope", "read")[0] == 0
+    with serving(url, backend) as open_server:
+        said = "".join(open_server.log)
+    assert "stored token(s) (support) limit nothing here" in said and "TETHER_TOKEN" in said
+    with serving(url, backend, "--token", "t") as guarded:
+        assert "limit nothing" not in "".join(guarded.log)
