@@ -138,6 +138,7 @@ async def fork(
     new_execution_id: str,
     update: JsonValue = _UNSET,
     effects: Literal["again", "reuse"] = "again",
+    by: str | None = None,
 ) -> Execution:
     """Record a new execution whose journal is the original's up to and including ``at``.
 
@@ -164,6 +165,8 @@ async def fork(
         effects: ``"again"`` (the default): the fork's side effects are its own.
             ``"reuse"``: the original's recorded results answer the same calls,
             for a replay that must not touch the world.
+        by: Who forks (``api:alice``), journaled in the ``fork`` entry and as
+            the decider of a decision ``update`` replaces.
 
     Raises:
         ExecutionNotFound: No execution ``execution_id``.
@@ -190,9 +193,13 @@ async def fork(
     kept = [entry.model_copy(update={"execution_id": new_execution_id}) for entry in journal[:cut]]
     if update is not _UNSET:
         kept[-1] = _updated(kept, kept[-1], update, execution_id)
+        if kept[-1].kind == "resumed" and isinstance(kept[-1].payload, dict):
+            # Whoever decided the original did not decide this: the fork's maker did, if named.
+            payload = {key: value for key, value in kept[-1].payload.items() if key != "by"}
+            kept[-1] = kept[-1].model_copy(update={"payload": {**payload, **({"by": by} if by else {})}})
     kept = [entry for entry in kept if not _final_verdict(entry)]  # the fork's verdict will be its own
     lineage: dict[str, JsonValue] = {"from": execution_id, "at": journal[cut - 1].seq, "label": journal[cut - 1].label,
-               "updated": update is not _UNSET, "effects": effects}
+               "updated": update is not _UNSET, "effects": effects, **({"by": by} if by else {})}
     # Made in two steps, SIGKILL-safe: the row first, under a version no runner has (nothing
     # continues it, should this process die now), then its journal and real version in one transaction.
     owner = f"{process_owner()}/fork{tag()}"

@@ -169,7 +169,7 @@ def console_routes(serving: Serving) -> list[Route]:
         if not (at.isascii() and at.isdigit()) or not new_id:
             return back_to(request, here, "Pick a boundary and give the fork a new id; nothing was forked.", error=True)
         try:
-            await operator.fork(execution_id, at=int(at), new_execution_id=new_id)
+            await operator.fork(execution_id, at=int(at), new_execution_id=new_id, by=serving.by("page", principal))
         except (ConfigurationError, LeaseHeld, ExecutionNotFound, ValidationError) as exc:
             return back_to(request, here, str(exc), error=True)
         continuing = await serving.continue_if_ours(new_id)

@@ -401,7 +401,8 @@ def create_app(
             if refused is not None:
                 return refused
         try:
-            await operator.fork(execution_id, at=at, new_execution_id=new_id, effects=effects, **changes)
+            await operator.fork(execution_id, at=at, new_execution_id=new_id, effects=effects,
+                                by=serving.by("api", principal), **changes)
         except ValidationError as exc:
             return problem(422, f"Not a valid decision for that boundary; nothing was forked: {exc}")
         except (ConfigurationError, LeaseHeld) as exc:

@@ -202,7 +202,8 @@ class Operator:
         return await _history.history(self.store, execution_id)
 
     async def fork(self, execution_id: str, *, at: int | str, new_execution_id: str,
-                   update: Any = _history._UNSET, run: bool = False, effects: Any = "again") -> RunResult:
+                   update: Any = _history._UNSET, run: bool = False, effects: Any = "again",
+                   by: str | None = None) -> RunResult:
         """Record a fork at a boundary; with ``run``, continue it here with its runner.
 
         Raises:
@@ -216,7 +217,7 @@ class Operator:
                 f"started {execution_id!r}, or leave the fork to a worker (without --app)."
             )
         await _history.fork(self.store, execution_id, at=at, new_execution_id=new_execution_id, update=update,
-                            effects=effects)
+                            effects=effects, by=by)
         if runner is None:
             return await Executions(self.store).result(new_execution_id)
         return await self.resume(new_execution_id)

@@ -416,3 +416,21 @@ async def test_an_open_stream_ends_once_its_token_is_revoked(db_store: Store) ->
                 live["yes"] = False  # revoked: the next check ends the stream
     assert any(str(c).startswith("id: ") for c in chunks)  # the journal's events came first
     assert chunks.count(": keepalive\n\n") == 1
+
+
+async def test_a_fork_that_rewrites_a_decision_names_who_forked(db_store: Store) -> None:
+    await paused(db_store, "r-9")
+    alice = await create_token(db_store, "alice", ["approve"])
+    async with console(db_store, runners=()) as app, client(app, alice) as by_alice, client(app, ADMIN) as api:
+        decided = await by_alice.post("/api/executions/r-9/resume", json={"approved": True})
+        assert decided.status_code == 202
+        resumed = next(e for e in await db_store.read_journal("r-9") if e.kind == "resumed")
+        assert resumed.payload["by"] == "api:alice"  # type: ignore[index, call-overload]
+        forked = await api.post("/api/executions/r-9/fork",
+                                json={"at": resumed.seq, "as": "r-9-no", "update": {"approved": False}})
+        assert forked.status_code == 201, forked.text
+    journal = await db_store.read_journal("r-9-no")
+    [decision] = [e.payload for e in journal if e.kind == "resumed"]
+    assert decision["value"]["approved"] is False  # type: ignore[index, call-overload]
+    assert decision["by"] == "api:admin"  # type: ignore[index, call-overload]
+    assert journal[-1].label == "fork" and journal[-1].payload["by"] == "api:admin"  # type: ignore[index, call-overload]
