@@ -93,10 +93,15 @@ def test_concurrency_holds_across_three_workers_and_through_a_sigkill(fleet: Que
     ids = [f"c-{n:03d}" for n in range(200)]
     fleet.enqueue(limited, [{"id": execution_id, "work": 0.05} for execution_id in ids])
     workers = [fleet.start_worker(concurrency=4) for _ in range(3)]  # room for 12, the queue allows 4
-    fleet.wait(lambda rows: sum(e.status == "completed" for e in rows) >= 40, "40 completed runs")
-    victim = next(w for w in workers
-                  if any(e.status == "running" and e.lease_owner and f":{w.pid}:" in e.lease_owner
-                         for e in fleet.executions()))
+
+    def holders(rows: list[Any]) -> list[Any]:
+        return [w for w in workers
+                if any(e.status == "running" and e.lease_owner and f":{w.pid}:" in e.lease_owner for e in rows)]
+
+    # One read for both: between two reads every lease may have been let go for a moment.
+    rows = fleet.wait(lambda rows: sum(e.status == "completed" for e in rows) >= 40 and bool(holders(rows)),
+                      "40 completed runs and a worker holding one")
+    victim = holders(rows)[0]
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=30)
     killed_at = time.monotonic_ns()  # dead by now: its nodes stopped before this (their slots wait out its leases)
