@@ -562,6 +562,28 @@ class MemoryStore(Store):
         return JournalEntry(execution_id=execution_id, seq=new_seq, path=target,  # type: ignore[arg-type]
                             label="resumed", kind="resumed", payload=payload, created_at=_ts(now))
 
+    async def claim_and_lease(
+        self,
+        execution_id: str,
+        value: JsonValue,
+        *,
+        owner: str,
+        lease_seconds: float,
+        path: str | None = None,
+        seq: int | None = None,
+        by: str | None = None,
+    ) -> tuple[JournalEntry, Lease | None]:
+        entry = await self.claim(execution_id, value, path=path, seq=seq, owner=owner, by=by)
+        # No checkpoint since the claim: nothing else has run, so the lease is as the claim found it.
+        run = self._get(execution_id)
+        now = time.time()
+        lease = Lease(execution_id=execution_id, owner=owner, epoch=run.execution.lease_epoch + 1,
+                      expires_at=_ts(now + lease_seconds), deadline=run.execution.deadline,
+                      cancel=_copied_json(run.execution.cancel))
+        self._update(run, lease_owner=owner, lease_expires_at=lease.expires_at, lease_epoch=lease.epoch,
+                     status="running", wake_at=None, updated_at=_ts(now))
+        return entry, lease
+
     async def deliver_message(self, execution_id: str, path: str, message: JsonValue, *, by: str) -> JournalEntry:
         payload_json = _json.dumps({"message": message, "by": by}, what="the message")
         await self._enter()

@@ -136,6 +136,9 @@ class LeaseHolder:
         self.reusing: bool = False
         """A fork that reuses the original's side effects: every call looks for a record,
         also in a message it handles for the first time (see `tether.runtime.fork`)."""
+        self.closing: list[NewEntry] = []
+        """The root's last boundary, the one that finished the execution: written with the
+        release that records the outcome, in its one transaction (a commit saved per run)."""
 
     def wrote(self) -> None:
         """Something was journaled: the journal read up front is no longer all of it."""
@@ -276,6 +279,11 @@ class ActorJournal:
         entries = self._with_carried([NewEntry(path=self.path, label=f"msg:{self.handled}", payload=payload)])
         if self.handled % self.snapshot_every == 0:
             entries.append(self._snapshot(state))
+        if finish[0] and ask_id is None:
+            # Nothing waits for this boundary but the outcome, so it goes with the outcome:
+            # lost only with it, when the message is handled again as after any crash.
+            self.holder.closing = entries
+            return
         try:
             self.holder.wrote()
             await self.store.append(self.lease, entries)

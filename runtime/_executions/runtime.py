@@ -317,9 +317,10 @@ class Runtime:
         the journal says who forced it. Force only a run whose process you know
         is gone: a live one is fenced out, and its work since its last boundary is lost.
 
-        Before the resumed code runs, a resume makes three store calls: the
-        execution and its journal read together, the claim, the lease (a takeover
-        adds its journal entry).
+        Before the resumed code runs, a resume makes two store calls: the
+        execution and its journal read together, then the claim, which takes the
+        lease in its transaction (a lease held by a dead process is taken over
+        first, and the takeover journaled).
 
         Args:
             factory: The root actor's class.
@@ -348,12 +349,14 @@ class Runtime:
         check_runner(execution, factory, journal)
         name = execution.root_path.partition(":")[2]
         owner = service.drive_owner(execution_id)
+        lease = None
         if value is not None:
-            decided = await service.decide(execution_id, value, path=path, by=by, force=force, owner=owner,
-                                           journal=journal)
+            decided, lease = await service.decide_leased(execution_id, value, path=path, by=by, force=force,
+                                                         owner=owner, journal=journal, lease=True)
             journal.append(decided)
         try:
-            lease = await service.take_over(execution_id, owner, root_path=execution.root_path, force=force)
+            if lease is None:
+                lease = await service.take_over(execution_id, owner, root_path=execution.root_path, force=force)
         except LeaseHeld:
             if value is None:
                 raise
@@ -556,7 +559,9 @@ class Runtime:
             # output as the store gives it back: through JSON), not read back.
             if state.outcome == "completed":
                 await release(holder.lease, status="completed", result=state.output,
-                              entries=[verdict(root_path, "completed", output=state.output)])
+                              entries=[*holder.closing, verdict(root_path, "completed", output=state.output)])
+                if holder.closing:
+                    self.hooks.faults.wrote(holder.closing)
                 return RunResult(execution_id=execution_id, status="completed",
                                  output=json.loads(json.dumps(state.output))), None
             if state.outcome == "paused":

@@ -91,12 +91,40 @@ class Executions:
             ConfigurationError: The expected decision type is not defined in this process.
             pydantic.ValidationError: ``value`` is not a valid decision; nothing was claimed.
         """
+        entry, _ = await self.decide_leased(execution_id, value, path=path, seq=seq, by=by, force=force,
+                                            owner=owner, journal=journal)
+        return entry
+
+    async def decide_leased(
+        self,
+        execution_id: str,
+        value: BaseModel | dict[str, Any],
+        *,
+        path: str | None = None,
+        seq: int | None = None,
+        by: str | None = None,
+        force: bool = False,
+        owner: str | None = None,
+        journal: list[JournalEntry] | None = None,
+        lease: bool = False,
+    ) -> tuple[JournalEntry, Lease | None]:
+        """`decide`; with ``lease``, ``owner`` also takes the execution's lease in the claim's transaction.
+
+        The lease is None when it was not taken with the claim (not asked, or the
+        execution's lease had to be taken over): the caller takes it as usual.
+        """
         if journal is None:
             journal = await self.store.read_journal(execution_id)
         decision = self._checked(execution_id, value, path, seq, journal)
         carrier = owner or self.drive_owner(execution_id, drive=False)
         try:
-            entry = await self.store.claim(execution_id, decision, path=path, seq=seq, owner=carrier, by=by)
+            if lease:
+                entry, taken = await self.store.claim_and_lease(execution_id, decision, owner=carrier,
+                                                                lease_seconds=self.lease_seconds,
+                                                                path=path, seq=seq, by=by)
+            else:
+                entry, taken = await self.store.claim(execution_id, decision, path=path, seq=seq,
+                                                      owner=carrier, by=by), None
         except LeaseHeld as held:
             if not (force or is_dead(held.owner)):
                 await self._refuse_if_cancelling(execution_id)
@@ -106,12 +134,12 @@ class Executions:
             self.hooks.faults.reached("after_claim")
             if owner is None:
                 # Nobody here carries it on: hand the run over as decided now, not when that lease expires.
-                lease = await self.take_over(execution_id, f"{self.owner}/{tag()}", force=force)
-                if lease is not None:
-                    await self.store.release_lease(lease, status="decided", wake_at=datetime.now(UTC))
-            return entry
+                taken = await self.take_over(execution_id, f"{self.owner}/{tag()}", force=force)
+                if taken is not None:
+                    await self.store.release_lease(taken, status="decided", wake_at=datetime.now(UTC))
+            return entry, None
         self.hooks.faults.reached("after_claim")
-        return entry
+        return entry, taken
 
     async def _refuse_if_cancelling(self, execution_id: str) -> None:
         """A lease held to carry out a cancel (or that ended the run since): refuse the decision with its outcome."""

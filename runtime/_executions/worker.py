@@ -126,6 +126,7 @@ class ExecutionWorker:
         """Runs this worker took to an end or a pause."""
         self._running: set[str] = set()
         self._counted_at = -float("inf")
+        self._deadlines_due = -float("inf")  # when `_take` next decides overdue interrupts (anyio time)
         self._wake = anyio.Event()
         self._stopping = False
         self._listener: Listener | None = None
@@ -186,7 +187,12 @@ class ExecutionWorker:
     async def _take(self, tg: anyio.abc.TaskGroup) -> int:
         """Decide due deadlines, then lease as many ready executions as there is room for."""
         try:
-            await self._fire_deadlines()
+            now = anyio.current_time()
+            if now >= self._deadlines_due:
+                # Once a poll interval, not at every wake: a notification or a run's end
+                # wakes the worker far more often than a deadline can come due.
+                self._deadlines_due = now + self.poll_interval
+                await self._fire_deadlines()
             if self.schedules:
                 await self._fire_schedules()
             if telemetry.active is not None:

@@ -103,6 +103,47 @@ _INSERT_ENTRIES = """
         WITH ORDINALITY AS e(path, label, kind, payload, ord)
     RETURNING seq, created_at
 """
+# A claim: the pending row goes, the decision is journaled, and the execution is marked
+# for whoever carries it out ({then}): workers (decided), or the claimer, who takes the lease.
+_CLAIM = """WITH free AS (
+        -- FOR UPDATE: a take_work or lease in flight finishes first, and the check
+        -- then sees the lease it took.
+        SELECT 1 FROM tether_executions WHERE id = $1 AND NOT (
+            lease_owner IS NOT NULL AND lease_expires_at > now()
+            AND lease_owner IS DISTINCT FROM $5::text)
+        FOR UPDATE
+    ), claimed AS (
+        -- No path named: the execution's one pending interrupt, if only one is pending.
+        DELETE FROM tether_pending
+        WHERE execution_id = $1 AND ($3::bigint IS NULL OR seq = $3)
+            AND (path = $2::text OR $2::text IS NULL
+                 AND (SELECT count(*) FROM tether_pending WHERE execution_id = $1) = 1)
+            AND EXISTS (SELECT 1 FROM free)
+        RETURNING reason, seq, path
+    ), bump AS (
+        UPDATE tether_executions SET next_seq = next_seq + 1, updated_at = now(), {then}
+        FROM claimed WHERE id = $1
+        RETURNING next_seq - 1 AS seq, lease_epoch, lease_expires_at, deadline, cancel
+    ), inserted AS (
+        INSERT INTO tether_journal (execution_id, seq, path, label, kind, payload, created_at)
+        SELECT $1, bump.seq, claimed.path, 'resumed', 'resumed',
+            CASE WHEN $6::text IS NULL
+                THEN json_build_object('value', $4::json, 'suspended_seq', claimed.seq,
+                                       'reason', claimed.reason)
+                ELSE json_build_object('value', $4::json, 'suspended_seq', claimed.seq,
+                                       'reason', claimed.reason, 'by', $6::text) END,
+            now()
+        FROM bump, claimed
+        RETURNING seq, path, payload, created_at
+    )
+    SELECT inserted.seq, inserted.path, inserted.payload, inserted.created_at,
+        bump.lease_epoch, bump.lease_expires_at, bump.deadline, bump.cancel
+    FROM inserted, bump"""
+_CLAIM_DECIDED = _CLAIM.format(
+    then="wake_at = now(), status = CASE status WHEN 'paused' THEN 'decided' ELSE status END")
+_CLAIM_LEASED = _CLAIM.format(
+    then="wake_at = NULL, status = 'running', lease_owner = $5, lease_epoch = lease_epoch + 1, "
+         "lease_expires_at = now() + make_interval(secs => $7)")
 _FOLLOWER_SECONDS = 60
 """How long a follower's row asks for notifications; it is renewed every third of that."""
 # A lock id for migrations, so concurrent starters apply them once.
@@ -1231,47 +1272,47 @@ class PostgresStore(DriverStore):
         owner: str | None = None,
         by: str | None = None,
     ) -> JournalEntry:
+        entry, _ = await self._claim(execution_id, value, path=path, seq=seq, owner=owner, by=by)
+        return entry
+
+    async def claim_and_lease(
+        self,
+        execution_id: str,
+        value: JsonValue,
+        *,
+        owner: str,
+        lease_seconds: float,
+        path: str | None = None,
+        seq: int | None = None,
+        by: str | None = None,
+    ) -> tuple[JournalEntry, Lease | None]:
+        # One transaction: a claim that succeeds has taken the lease too.
+        return await self._claim(execution_id, value, path=path, seq=seq, owner=owner, by=by,
+                                 lease_seconds=lease_seconds)
+
+    async def _claim(self, execution_id: str, value: JsonValue, *, path: str | None, seq: int | None,
+                     owner: str | None, by: str | None, lease_seconds: float | None = None,
+                     ) -> tuple[JournalEntry, Lease | None]:
+        """Claim in one statement; with ``lease_seconds``, ``owner`` also takes the lease in it."""
         value_json = _json.dumps(value, what="the resume value")
-        target = path if path is not None else sole_pending(execution_id, await self._pending_paths(execution_id))
-        out = []
-        if target is not None:
-            out = await self._fetch(
-                """WITH free AS (
-                    -- FOR UPDATE: a take_work or lease in flight finishes first, and the check
-                    -- then sees the lease it took.
-                    SELECT 1 FROM tether_executions WHERE id = $1 AND NOT (
-                        lease_owner IS NOT NULL AND lease_expires_at > now()
-                        AND lease_owner IS DISTINCT FROM $5::text)
-                    FOR UPDATE
-                ), claimed AS (
-                    DELETE FROM tether_pending
-                    WHERE execution_id = $1 AND path = $2 AND ($3::bigint IS NULL OR seq = $3)
-                        AND EXISTS (SELECT 1 FROM free)
-                    RETURNING reason, seq
-                ), bump AS (
-                    UPDATE tether_executions SET next_seq = next_seq + 1, wake_at = now(), updated_at = now(),
-                        status = CASE status WHEN 'paused' THEN 'decided' ELSE status END
-                    FROM claimed WHERE id = $1 RETURNING next_seq - 1 AS seq
-                )
-                INSERT INTO tether_journal (execution_id, seq, path, label, kind, payload, created_at)
-                SELECT $1, bump.seq, $2, 'resumed', 'resumed',
-                    CASE WHEN $6::text IS NULL
-                        THEN json_build_object('value', $4::json, 'suspended_seq', claimed.seq,
-                                               'reason', claimed.reason)
-                        ELSE json_build_object('value', $4::json, 'suspended_seq', claimed.seq,
-                                               'reason', claimed.reason, 'by', $6::text) END,
-                    now()
-                FROM bump, claimed
-                RETURNING seq, payload, created_at""",
-                execution_id, target, seq, value_json, owner, by, write=True,
-            )
+        args = [execution_id, path, seq, value_json, owner, by]
+        if lease_seconds is None:
+            out = await self._fetch(_CLAIM_DECIDED, *args, write=True)
+        else:
+            out = await self._fetch(_CLAIM_LEASED, *args, float(lease_seconds), write=True)
         if not out:
+            # Read again to say why: with no path named, several pending is the claimer's mistake.
+            target = path if path is not None else sole_pending(execution_id, await self._pending_paths(execution_id))
             raise await self._explain_failed_claim(execution_id, target, owner)
         row = out[0]
         self._journal_grew(execution_id, row["seq"])
-        return JournalEntry(execution_id=execution_id, seq=row["seq"], path=target,  # type: ignore[arg-type]
-                            label="resumed", kind="resumed", payload=_json.loads(row["payload"]),
-                            created_at=row["created_at"])
+        entry = JournalEntry(execution_id=execution_id, seq=row["seq"], path=row["path"],
+                             label="resumed", kind="resumed", payload=_json.loads(row["payload"]),
+                             created_at=row["created_at"])
+        if lease_seconds is None:
+            return entry, None
+        assert owner is not None
+        return entry, _lease(execution_id, owner, row)
 
     async def _pending_paths(self, execution_id: str) -> list[str]:
         rows = await self._fetch(

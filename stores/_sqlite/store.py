@@ -943,7 +943,30 @@ class SQLiteStore(DriverStore):
         owner: str | None = None,
         by: str | None = None,
     ) -> JournalEntry:
-        def fn(db: sqlite3.Connection, now: int) -> JournalEntry:
+        entry, _ = await self._claim(execution_id, value, path=path, seq=seq, owner=owner, by=by)
+        return entry
+
+    async def claim_and_lease(
+        self,
+        execution_id: str,
+        value: JsonValue,
+        *,
+        owner: str,
+        lease_seconds: float,
+        path: str | None = None,
+        seq: int | None = None,
+        by: str | None = None,
+    ) -> tuple[JournalEntry, Lease | None]:
+        # One transaction: a claim that succeeds has taken the lease too.
+        return await self._claim(execution_id, value, path=path, seq=seq, owner=owner, by=by,
+                                 lease_seconds=lease_seconds)
+
+    async def _claim(self, execution_id: str, value: JsonValue, *, path: str | None, seq: int | None,
+                     owner: str | None, by: str | None, lease_seconds: float | None = None,
+                     ) -> tuple[JournalEntry, Lease | None]:
+        """Claim in one transaction; with ``lease_seconds``, ``owner`` also takes the lease in it."""
+
+        def fn(db: sqlite3.Connection, now: int) -> tuple[JournalEntry, Lease | None]:
             target = path if path is not None else sole_pending(execution_id, _pending_paths(db, execution_id))
             row = None
             if target is not None:
@@ -965,22 +988,33 @@ class SQLiteStore(DriverStore):
             if by is not None:
                 payload["by"] = by
             payload_json = _json.dumps(payload, what="the resume value")
-            db.execute(
-                "UPDATE tether_executions SET wake_at = ?, updated_at = ?, "
-                "status = CASE status WHEN 'paused' THEN 'decided' ELSE status END WHERE id = ?",
-                (now, now, execution_id),
-            )
+            lease = None
+            if lease_seconds is None:
+                db.execute(
+                    "UPDATE tether_executions SET wake_at = ?, updated_at = ?, "
+                    "status = CASE status WHEN 'paused' THEN 'decided' ELSE status END WHERE id = ?",
+                    (now, now, execution_id),
+                )
+            else:  # the lease is free or ``owner``'s: the check above passed in this transaction
+                assert owner is not None
+                leased = db.execute(
+                    "UPDATE tether_executions SET lease_owner = ?, lease_expires_at = ?, "
+                    "lease_epoch = lease_epoch + 1, status = 'running', wake_at = NULL, updated_at = ? "
+                    "WHERE id = ? RETURNING lease_epoch, lease_expires_at, deadline, cancel",
+                    (owner, now + span_us(lease_seconds), now, execution_id),
+                ).fetchone()
+                lease = _lease(execution_id, owner, *leased)
             resumed = (target, "resumed", "resumed", payload_json)
             [resumed_seq] = self._insert_entries(db, execution_id, [resumed], now)
             return JournalEntry(execution_id=execution_id, seq=resumed_seq, path=target,
                                 label="resumed", kind="resumed", payload=payload,
-                                created_at=from_us(now))
+                                created_at=from_us(now)), lease
 
         # Serialize the value before the transaction: a bad one consumes nothing.
         _json.dumps(value, what="the resume value")
-        entry = await self._write(fn)
+        entry, lease = await self._write(fn)
         self._journal_grew(execution_id, entry.seq)
-        return entry
+        return entry, lease
 
     async def deliver_message(self, execution_id: str, path: str, message: JsonValue, *, by: str) -> JournalEntry:
         payload = {"message": message, "by": by}

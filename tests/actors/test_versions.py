@@ -136,7 +136,7 @@ def migrated_before_next(store: Store, method: str, target: Chain) -> None:
 async def test_a_migration_between_a_resumes_check_and_its_lease_is_caught(store: Store) -> None:
     await paused_on_v1(store, "old")
     target = with_migration(store)
-    migrated_before_next(store, "claim", target)  # an operator, between the v1 process's check and its claim
+    migrated_before_next(store, "claim_and_lease", target)  # an operator, between the v1 process's check and its claim
     with pytest.raises(ConfigurationError, match=r"is on version '2'.*decisions stay recorded"):
         await v1(store).resume("old", Resume(approved=True))
     execution = await store.get_execution("old")

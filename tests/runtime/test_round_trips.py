@@ -53,7 +53,7 @@ def approval_chain(store: Store, calls: list[str], seen: list[list[str]]) -> Cha
     return chain
 
 
-async def test_a_resume_with_a_decision_makes_three_store_calls_before_the_node_runs(store: Store) -> None:
+async def test_a_resume_with_a_decision_makes_two_store_calls_before_the_node_runs(store: Store) -> None:
     calls: list[str] = []
     seen: list[list[str]] = []
     chain = approval_chain(store, calls, seen)
@@ -61,8 +61,8 @@ async def test_a_resume_with_a_decision_makes_three_store_calls_before_the_node_
     calls.clear()
     result = await chain.resume("t-1", Resume(approved=True))
     assert result.status == "completed" and result.output["approved"] is True
-    # The execution and its journal together, the claim (which journals the decision), the lease.
-    assert seen[-2] == ["load_execution", "claim", "acquire_lease"]
+    # The execution and its journal together; the claim, which journals the decision and takes the lease.
+    assert seen[-2] == ["load_execution", "claim_and_lease"]
 
 
 async def test_a_recovery_makes_two_store_calls_before_the_node_runs(store: Store) -> None:

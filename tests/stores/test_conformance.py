@@ -465,6 +465,45 @@ async def test_concurrent_claims_have_one_winner(store: Store) -> None:
     assert len(resumed) == 1
 
 
+async def test_a_claim_and_lease_hands_the_decided_run_to_the_claimer(store: Store) -> None:
+    lease, seq = await paused(store)
+    path = "chain:refund/node:approve"
+    resumed, taken = await store.claim_and_lease(lease.execution_id, {"approved": True}, owner="proc-b",
+                                                 lease_seconds=60, path=path, by="cli:alice")
+    assert resumed.payload == {"value": {"approved": True}, "suspended_seq": seq, "reason": "manager_approval",
+                               "by": "cli:alice"}
+    assert taken is not None and (taken.owner, taken.epoch) == ("proc-b", lease.epoch + 1)
+    running = await store.get_execution(lease.execution_id)
+    assert running is not None and (running.status, running.lease_owner, running.wake_at) == (
+        "running", "proc-b", None)
+    assert await store.take_work(owner="worker", lease_seconds=60, limit=5) == []  # it is the claimer's
+    assert await store.append(taken, [entry("node:approve", path=path)]) == [resumed.seq + 1]
+    with pytest.raises(AlreadyResumed):
+        await store.claim_and_lease(lease.execution_id, {"approved": False}, owner="proc-c", lease_seconds=60)
+    with pytest.raises(StaleLease):
+        await store.append(lease, [entry("late")])
+
+
+async def test_a_claim_and_lease_refused_by_a_live_lease_consumes_nothing(store: Store) -> None:
+    lease = await started(store)
+    path = "agent:a/tool:t"
+    await store.suspend(lease, [entry("s", path=path)], NewInterrupt(path=path, reason="r"))
+    with pytest.raises(LeaseHeld):
+        await store.claim_and_lease(lease.execution_id, True, owner="proc-b", lease_seconds=60, path=path)
+    assert await store.count_pending() == 1
+    assert len(await store.read_journal(lease.execution_id)) == 1
+    assert (await store.get_execution(lease.execution_id)).lease_owner == OWNER  # type: ignore[union-attr]
+
+
+async def test_the_default_claim_and_lease_makes_the_two_calls(store: Store) -> None:
+    # What a store without its own one-transaction version does: claim, then acquire_lease.
+    lease, _ = await paused(store)
+    resumed, taken = await Store.claim_and_lease(store, lease.execution_id, True, owner="proc-b",
+                                                 lease_seconds=60)
+    assert resumed.kind == "resumed" and taken is not None and taken.epoch == lease.epoch + 1
+    assert (await store.get_execution(lease.execution_id)).status == "running"  # type: ignore[union-attr]
+
+
 async def test_final_status_clears_pending(store: Store) -> None:
     lease = await started(store)
     await store.suspend(lease, [entry("s")], NewInterrupt(path="agent:a/tool:t", reason="r"))
