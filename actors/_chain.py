@@ -336,7 +336,11 @@ class _ChainActor(Actor[BaseModel]):
                 ready, waiting = sorted(waiting), set()
             round_nodes = sorted(set(ready))
             ready = []
-            updates = await self._run_round(round_nodes, state)
+            # A lone node with no way on is the run's last: nothing that could fail, or act,
+            # runs between its step and the boundary that ends the message, which records it.
+            last = (len(round_nodes) == 1 and not waiting and not out_edges.get(round_nodes[0])
+                    and chain.state_model is None and round_nodes[0] not in chain._shielded)
+            updates = await self._run_round(round_nodes, state, last=last)
             for node in round_nodes:
                 state.update(updates[node] or {})
             # A typed state is validated after every round (an update that breaks the model fails
@@ -362,7 +366,7 @@ class _ChainActor(Actor[BaseModel]):
                     ready.append(join)
         self.context.finish(state)
 
-    async def _run_round(self, nodes: list[str], state: dict[str, Any]) -> dict[str, Any]:
+    async def _run_round(self, nodes: list[str], state: dict[str, Any], *, last: bool = False) -> dict[str, Any]:
         results: dict[str, Any] = {}
         failures: list[BaseException] = []
 
@@ -375,7 +379,8 @@ class _ChainActor(Actor[BaseModel]):
                     # The state stays as it is until the round ends; the node gets its own copy.
                     # A shielded node's shield covers its run and the record of its update.
                     with shielded() if node in self.chain._shielded else nullcontext():
-                        results[node] = await self.context.step(f"node:{node}", self._call, node, state, path)
+                        results[node] = await self.context.step(f"node:{node}", self._call, node, state, path,
+                                                                last=last)
             except BaseException as exc:
                 if not settled(exc):
                     raise  # a cancellation: not this branch's outcome

@@ -401,7 +401,7 @@ class _Measured:
                 instruments.store_duration.record(time.perf_counter() - began, attributes)
             if name in _JOURNAL_WRITES:
                 instruments.boundaries.add(len(args[1]), {"db.system.name": system})
-            elif name == "claim":
+            elif name in ("claim", "claim_and_lease"):
                 instruments.boundaries.add(1, {"db.system.name": system})  # the decision's entry
             elif kwargs.get("entries"):
                 instruments.boundaries.add(len(kwargs["entries"]), {"db.system.name": system})

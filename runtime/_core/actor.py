@@ -14,6 +14,7 @@ from tether.stores import ConfigurationError, SerializationError, UsageError
 from . import telemetry
 from .events import step_label
 from .idempotent import current_step
+from .journal import Carried
 from .policies import RestartPolicy, SupervisionStrategy
 from .ref import MsgT, MsgT_contra, ReplyT, ReplyT_co
 
@@ -111,7 +112,7 @@ class ActorContext:
         self.ref = ref
         self._group = group
 
-    async def step(self, label: str, fn: Callable[..., Any], *args: Any) -> Any:
+    async def step(self, label: str, fn: Callable[..., Any], *args: Any, last: bool = False) -> Any:
         """Run ``fn(*args)`` as a durable step of the message being handled.
 
         Its result is journaled as an entry labelled ``label`` (``node:charge``).
@@ -120,6 +121,12 @@ class ActorContext:
         finished runs. Steps with the same label are told apart by their order.
         A synchronous ``fn`` runs in a worker thread. Results come back in their
         JSON form, the same the first time and on a replay.
+
+        ``last=True`` says nothing with an effect of its own runs after this step
+        until the message is handled: its record then goes with the message's own
+        boundary (for the root's last message, with the run's outcome), one commit
+        instead of two. A crash in between runs the step again, as a crash just
+        before its own commit would; a handler that fails after it still records it.
 
         Raises:
             UsageError: The actor is not durable.
@@ -148,7 +155,10 @@ class ActorContext:
                 f"Step {label!r} of {self.path!r} returned {type(result).__name__}, which cannot be "
                 f"journaled ({exc}). Return JSON data or a pydantic model."
             ) from exc
-        await step.journal.record_step(step.inbox_seq, label, key, result)
+        if last:
+            step.journal.carry(Carried(step.inbox_seq, label, key, result))
+        else:
+            await step.journal.record_step(step.inbox_seq, label, key, result)
         return result
 
     def finish(self, output: Any = None) -> None:

@@ -139,10 +139,19 @@ class LeaseHolder:
         self.closing: list[NewEntry] = []
         """The root's last boundary, the one that finished the execution: written with the
         release that records the outcome, in its one transaction (a commit saved per run)."""
+        self.journals: list[ActorJournal] = []
+        """Every actor journal writing under this lease, for the steps they still carry."""
 
     def wrote(self) -> None:
         """Something was journaled: the journal read up front is no longer all of it."""
         self.journal = None
+
+    def unwritten(self) -> list[NewEntry]:
+        """The steps the tree's actors still carry, taken from them: for the verdict of a run that stopped.
+
+        A failed run may be retried: what its steps did must be on record for the retry.
+        """
+        return [entry for journal in self.journals for entry in journal._with_carried([])]
 
     async def keep(self, lease_seconds: float, until: anyio.Event | None = None) -> None:
         """Renew the lease every third of its length, until ``until`` is set or until cancelled.
@@ -212,6 +221,7 @@ class ActorJournal:
         self._ids: dict[int, str] = {}
         self._carried: list[Carried] = []
         self._carrying = threading.Lock()  # `carry` may be called from a worker thread
+        holder.journals.append(self)
 
     @property
     def lease(self) -> Lease:

@@ -581,8 +581,11 @@ class Runtime:
                 await release_stopped(self.store, holder.lease, root_path, state.outcome, state.output)
             else:
                 error = _describe(state.error)
+                unwritten = holder.unwritten()
                 await release(holder.lease, status="failed", error=error,
-                              entries=[verdict(root_path, "failed", error=error)])
+                              entries=[*unwritten, verdict(root_path, "failed", error=error)])
+                if unwritten:
+                    self.hooks.faults.wrote(unwritten)
                 return RunResult(execution_id=execution_id, status="failed", error=error), None
         except StaleLease:
             again = None  # taken over meanwhile: the other process decides the outcome

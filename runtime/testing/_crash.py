@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from tether.runtime._core import hooks
+from tether.runtime._core.events import verdict_of
 from tether.stores import Lease, StartResult
 
 if TYPE_CHECKING:
@@ -130,6 +131,11 @@ class _Doomed:
                 point._saw(result)
                 if name == "release_lease":
                     point._released(args[0])
+                    # A run's last boundary goes with the release of its outcome: it is a
+                    # journal write like any other (the verdict beside it is not one).
+                    closing = [e for e in kwargs.get("entries", ()) if verdict_of(e) is None]
+                    if closing:
+                        point._committed(closing)
                 if name in _WRITES:
                     point._committed(list(args[1]))
                 return result

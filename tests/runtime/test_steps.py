@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
-from tether.runtime import Actor, ActorCrashed, Runtime, Start
+from tether.runtime import Actor, ActorCrashed, Executions, Runtime, Start
 from tether.stores import NewEntry, NewExecution, SerializationError, Store, UsageError
 
 RAN: list[str] = []
@@ -152,3 +152,30 @@ async def test_a_journal_with_full_step_keys_still_replays_its_steps(store: Stor
     assert RAN == ["charge", "validate", "charge"]
     steps = [e.payload for e in await store.read_journal("flow:second") if e.label.startswith("node:")]
     assert [p["inbox"] for p in steps[:2]] == [seq, seq] and len(steps) == 4
+
+
+class LastThenFails(Actor[BaseModel]):
+    kind = "chain"
+    fail = True
+
+    async def receive(self, message: Start) -> Any:
+        state = await self.context.step("node:charge", charge, 7, last=True)
+        if LastThenFails.fail:
+            raise ValueError("the handler fails after its last step")
+        self.context.finish(state)
+
+
+async def test_a_last_step_goes_with_the_outcome_and_a_failure_still_records_it(store: Store) -> None:
+    RAN.clear()
+    LastThenFails.fail = True
+    async with Runtime(store) as rt:
+        failed = await rt.run(LastThenFails, None, execution_id="last", name="refund")
+        assert failed.status == "failed"
+        journal = await store.read_journal("last")
+        # The step's record is written with the verdict, in the release.
+        assert [e.label for e in journal] == ["inbox", "node:charge", "failed"]
+        LastThenFails.fail = False
+        await Executions(store).retry("last")
+        done = await rt.resume(LastThenFails, "last")
+    assert done.status == "completed" and done.output == {"charged": 7}
+    assert RAN == ["charge"]  # recorded with the failure: the retry did not charge again

@@ -132,8 +132,16 @@ async def test_a_detached_start_continues_in_the_trace_of_the_caller(traced: Tra
     assert started.parent is not None and started.parent.span_id == enqueued.context.span_id
 
 
+def checked(state: dict[str, Any]) -> dict[str, Any]:
+    return {"ok": True}
+
+
+def done(state: dict[str, Any]) -> dict[str, Any]:
+    return {"done": True}  # the last node: its record goes with the outcome, not in an append
+
+
 async def test_store_calls_are_timed_and_optionally_traced(traced: Traced, db_store: Store) -> None:
-    chain = Chain("one", [lambda state: {"ok": True}], store=db_store)
+    chain = Chain("one", [checked, done], store=db_store)
     await chain.run({}, execution_id="s1")
     assert not [s for s in traced.take() if s.name.startswith("store ")]  # off by default
     durations = {p.attributes["tether.store.operation"]: p.count for p in traced.points("tether.store.duration")}
@@ -142,7 +150,7 @@ async def test_store_calls_are_timed_and_optionally_traced(traced: Traced, db_st
     assert {p.attributes["db.system.name"] for p in traced.points("tether.store.duration")} == {system}
 
     telemetry.enable(traced.tracer_provider, traced.meter_provider, store_spans=True)
-    await Chain("two", [lambda state: {"ok": True}], store=db_store).run({}, execution_id="s2")
+    await Chain("two", [checked, done], store=db_store).run({}, execution_id="s2")
     spans = traced.take()
     appended = [s for s in spans if s.name == "store append"]
     assert appended, [s.name for s in spans]

@@ -47,12 +47,14 @@ async def test_recovery_takes_the_dead_lease_at_once_and_does_not_redo_the_journ
 
 async def test_a_numbered_boundary_counts_writes_across_run_and_resume(tether_store: Store) -> None:
     chain = build("approval", tether_store)
-    async with crash_at(5) as point:  # inbox, validate, suspended; then the resume: approve, charge
+    # inbox, validate, suspended; then the resume: approve, and the last node's write, which
+    # goes with the message's boundary and the outcome (the run completed as the process died).
+    async with crash_at(5) as point:
         paused = await chain.run({}, execution_id="a-1")
         assert paused.status == "paused"
         await chain.resume("a-1", Resume(approved=True))
 
-    assert point.writes == 5 and point.boundaries[-1] == "chain:approval/node:charge"
+    assert point.writes == 5 and point.boundaries[-1] == "chain:approval/msg:1"
     result = await chain.resume("a-1")
     assert result.status == "completed" and result.output["approved"] is True
 
@@ -89,7 +91,7 @@ async def test_code_under_test_cannot_swallow_the_crash(tether_store: Store) -> 
 
 async def test_a_boundary_never_reached_fails_and_names_what_was_written(tether_store: Store) -> None:
     chain = build("line", tether_store)
-    with pytest.raises(AssertionError, match=r"never reached that boundary.*chain:line/node:n4"):
+    with pytest.raises(AssertionError, match=r"never reached that boundary.*chain:line/node:n3', 'chain:line/msg:1'\]"):
         async with crash_at("node:n9"):
             await chain.run({}, execution_id="l-3")
     assert (await tether_store.get_execution("l-3")).status == "completed"  # type: ignore[union-attr]
