@@ -70,6 +70,7 @@ from .._protocol import (
 )
 from .._queues import Candidate, Counts, admit, fetch_size, room, stats
 from .._watch import committed
+from .appends import Appends
 from .pool import ConnectionPool, connect_detached, finish_detached
 
 if TYPE_CHECKING:
@@ -347,6 +348,7 @@ class PostgresStore(DriverStore):
         self._control_lock: anyio.Lock | None = None
         self._closing = False  # a listener that connects from now on is closed, not kept
         self._appending: dict[str, int] = {}  # followed executions this object is appending to now
+        self._appends = Appends(self._pooled_fetch)
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact(self.dsn)!r})"
@@ -635,6 +637,13 @@ class PostgresStore(DriverStore):
                     return await conn.fetch(sql, *args)  # type: ignore[no-any-return]
 
         return await self._run(op_fn)
+
+    async def _pooled_fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        """One statement on a pooled connection, inside an operation already on the driver loop."""
+        assert self._pool is not None
+        with self._map_errors():
+            async with self._pool.connection() as conn:
+                return await conn.fetch(sql, *args)  # type: ignore[no-any-return]
 
     async def _explain_fence(self, lease: Lease) -> StoreError:
         rows = await self._fetch("SELECT 1 FROM tether_executions WHERE id = $1", lease.execution_id)
@@ -1160,14 +1169,11 @@ class PostgresStore(DriverStore):
         followed = self._watchers is not None and self._watchers.has(execution_id)
         if followed:  # its NOTIFY is not news here: the entries are handed over below
             self._appending[execution_id] = self._appending.get(execution_id, 0) + 1
+        async def op_fn(op: Op) -> list[Any]:
+            return await self._appends.write(op, execution_id, lease.epoch, lease.owner, rows)
+
         try:
-            out = await self._fetch(
-                f"""WITH bump AS (
-                    UPDATE tether_executions SET next_seq = next_seq + $4
-                    WHERE {_FENCE} RETURNING next_seq - $4 AS first
-                ) {_INSERT_ENTRIES}""",
-                execution_id, lease.epoch, lease.owner, len(rows), *_columns(rows), write=True,
-            )
+            out = await self._run(op_fn)
         finally:
             if followed:
                 left = self._appending.pop(execution_id) - 1

@@ -35,7 +35,9 @@ async def test_more_callers_than_connections(postgres_dsn: str, pg_schema: str) 
         async def tracked(i: int) -> None:
             nonlocal ended
             try:
-                await writer(i)
+                # Not an append: appends share a statement (group commit), and here each
+                # caller needs a connection of its own.
+                await store.deliver_message("ex", "a", {"n": i}, by="test")
                 returned.append(i)
             finally:
                 ended += 1
