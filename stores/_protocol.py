@@ -462,7 +462,11 @@ class Store(ABC):
         claimed and journaled for whoever runs it.
 
         Raises:
-            As `claim`.
+            AlreadyResumed: As `claim`: someone else claimed it first; nothing changed.
+            NoPendingInterrupt: Nothing is pending at ``path``.
+            LeaseHeld: Another live process holds the lease; nothing is consumed.
+            ExecutionFinished: It was cancelled.
+            ExecutionNotFound: No such execution.
         """
         entry = await self.claim(execution_id, value, path=path, seq=seq, owner=owner, by=by)
         try:
