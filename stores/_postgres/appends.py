@@ -122,11 +122,12 @@ class Appends:
             # It leaves the queue unwritten; a turn to write that came with the cancel goes on.
             if me in self._queue:
                 self._queue.remove(me)
-            if me.answer.done() and me.answer.result() is _LEAD:
+            if me.answer.done() and not me.answer.cancelled() and me.answer.result() is _LEAD:
                 self._hand_on()
             raise
         if answer is _LEAD:
-            batch, self._queue = self._queue, []
+            # Appends cancelled since they queued are left out: their answer was cancelled with them.
+            batch, self._queue = [item for item in self._queue if not item.answer.cancelled()], []
             return await self._lead(me, batch)
         if isinstance(answer, BaseException):
             raise answer
@@ -134,6 +135,7 @@ class Appends:
 
     def _hand_on(self) -> None:
         """The queue's first append writes it next; with nothing queued, the next append goes alone."""
+        self._queue = [item for item in self._queue if not item.answer.cancelled()]
         if self._queue:
             self._queue[0].answer.set_result(_LEAD)  # it takes the queue as it is then
         else:
@@ -150,7 +152,7 @@ class Appends:
         finally:
             self._hand_on()
         for item in batch:
-            if item is not me:
+            if item is not me and not item.answer.done():
                 item.answer.set_result(answers[item])
         mine = answers[me]
         if isinstance(mine, BaseException):
