@@ -6,9 +6,17 @@
 
 Each workload runs in a process of its own (no warm caches or loops shared
 between them), prints its tables, and the run ends with every
-``ratio <workload> <store> <peer>/tether = <x.xx>`` line together. ``--out``
-writes the whole report as Markdown; ``--plots DIR`` draws the per-step overhead
-and the storage growth as PNG files.
+``ratio <workload> <store> <peer>/tether = <x.xx>`` line together, each followed
+by ``spread <the same name> = <low>-<high>``, the ratio's range round by round,
+and then every workload's "noisy cells:" list. ``--out`` writes the whole report
+as Markdown; ``--plots DIR`` draws the per-step overhead and the storage growth
+as PNG files.
+
+Every cell of every table is a median over interleaved rounds with its spread
+(min-max) beside it, and a cell whose spread exceeds its median is marked " !"
+(`bench._spread`). ``--quick`` runs smaller workloads, never fewer than 3 rounds:
+with one round, a single stall in a 100-node line moved a cell tenfold and
+nothing in the table said so.
 
 1. sequential durable steps: a line of nodes, per store, with the raw-driver floor (`bench.chain`)
 2. concurrency: executions at once in one process, steps/s, peak RSS, loop lag (`bench.concurrency`)
@@ -30,17 +38,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench._spread import NOISY_HEADER, noisy_lines, paired_ratios, spread_line
+
 RATIO = re.compile(r"^ratio .+ = [0-9.]+$")
+SPREAD = re.compile(r"^spread .+ = [0-9.]+-[0-9.]+( !)?$")  # the line after a ratio: its range over the rounds
 
 
 def workloads(quick: bool, postgres: str, tmp: Path) -> list[tuple[str, list[str]]]:
     pg = ["--postgres", postgres]
     if quick:
         return [
-            ("1. sequential durable steps", ["bench.chain", "--rounds", "1", "--nodes", "100",
+            # Chain and agent rounds are short, so they get 5; the other two keep 3 in their own --quick.
+            ("1. sequential durable steps", ["bench.chain", "--rounds", "5", "--nodes", "100",
                                              "--json", str(tmp / "chain.json"), *pg]),
             ("2. concurrency", ["bench.concurrency", "--quick", *pg]),
-            ("3. agent turns", ["bench.agent", "--rounds", "1", "--turns", "20", "--json", str(tmp / "agent.json"), *pg]),
+            ("3. agent turns", ["bench.agent", "--rounds", "5", "--turns", "20", "--json", str(tmp / "agent.json"), *pg]),
             ("4. human in the loop", ["bench.hitl", "--quick", *pg]),
         ]
     return [
@@ -67,9 +79,24 @@ def trio_ratios(chain: dict[str, Any]) -> list[str]:
     """Workload 5: tether under trio against tether under asyncio, from workload 1's samples."""
     lines = []
     for config, peers in chain["per_node"].items():
-        asyncio_us = statistics.median(peers["tether (asyncio)"])
-        trio_us = statistics.median(peers["tether (trio)"])
-        lines.append(f"ratio chain-{chain['nodes']} {config} tether-trio/tether-asyncio = {trio_us / asyncio_us:.2f}")
+        asyncio_us, trio_us = peers["tether (asyncio)"], peers["tether (trio)"]
+        name = f"chain-{chain['nodes']} {config} tether-trio/tether-asyncio"
+        lines.append(f"ratio {name} = {statistics.median(trio_us) / statistics.median(asyncio_us):.2f}")
+        lines.append(spread_line(name, paired_ratios(trio_us, asyncio_us)))
+    return lines
+
+
+def summary_lines(text: str) -> list[str]:
+    """A workload's ratio lines, each with the spread line that follows it, in their order."""
+    return [line.strip() for line in text.splitlines() if RATIO.match(line.strip()) or SPREAD.match(line.strip())]
+
+
+def noisy_summary(outputs: list[tuple[str, str]]) -> list[str]:
+    """Every workload's "noisy cells:" list, under the workload's title."""
+    lines = []
+    for title, text in outputs:
+        found = noisy_lines(text)
+        lines += [f"{title}: {found[0]}", *found[1:]] if found else [f"{title}: no {NOISY_HEADER!r} list (failed?)"]
     return lines
 
 
@@ -125,12 +152,14 @@ def main() -> None:
     outputs = [(title, run(title, command)) for title, command in workloads(args.quick, args.postgres, tmp)]
     chain = json.loads((tmp / "chain.json").read_text()) if (tmp / "chain.json").exists() else None
     agent = json.loads((tmp / "agent.json").read_text()) if (tmp / "agent.json").exists() else None
-    ratios = [line for _, text in outputs for line in text.splitlines() if RATIO.match(line.strip())]
+    ratios = [line for _, text in outputs for line in summary_lines(text)]
     if chain is not None:
         extra = trio_ratios(chain)
         print("\n## 5. tether under trio\n\n" + "\n".join(extra), flush=True)
         ratios += extra
+    noisy = noisy_summary(outputs)
     print("\n## every ratio in this run\n\n" + "\n".join(ratios), flush=True)
+    print("\nnoisy cells (spread max-min above the median), per workload:\n" + "\n".join(noisy), flush=True)
     if args.plots:
         for path in plot(chain, agent, Path(args.plots)):
             print(f"plot: {path}")
@@ -138,7 +167,7 @@ def main() -> None:
         parts = [(f"# tether benchmarks ({'quick' if args.quick else 'full'} run, "
                  f"{time.strftime('%Y-%m-%d')}, {time.monotonic() - started:.0f} s)\n")]
         parts += [f"## {title}\n{text}" for title, text in outputs]
-        parts.append("## every ratio in this run\n\n```\n" + "\n".join(ratios) + "\n```\n")
+        parts.append("## every ratio in this run\n\n```\n" + "\n".join(ratios) + "\n\n" + "\n".join(noisy) + "\n```\n")
         Path(args.out).write_text("\n".join(parts))
         print(f"report: {args.out}")
     print(f"\nbench: {time.monotonic() - started:.0f} s in all")

@@ -12,7 +12,11 @@ tether `Agent` + `ScriptedLLM`; fastaiagent 1.94 `Agent` + its test double
 `FunctionModel`, with its SQLite/Postgres checkpointer; LangGraph
 `create_react_agent` with a scripted fake chat model and `AsyncSqliteSaver` /
 `AsyncPostgresSaver`, durability "sync". SQLite runs in WAL at synchronous FULL
-and NORMAL for every peer alike; Postgres with the server's synchronous_commit.
+and NORMAL for every peer alike; Postgres with the server's synchronous_commit,
+each tether and fastaiagent run in a schema of its own, dropped at the end.
+Every cell is the median over the rounds with their spread (lowest-highest)
+beside it; a cell whose spread exceeds its median is marked " !" and listed
+under "noisy cells:" at the end (see `bench._spread`).
 
 Then the storage growth: bytes stored for a 40-turn run over bytes for a 10-turn
 run (linear growth gives 4; a framework storing the whole conversation at every
@@ -42,6 +46,9 @@ from tether.actors import Agent, FunctionTool, ScriptedLLM, ToolCall
 from tether.stores import PostgresStore, SQLiteStore
 
 from bench._savers import langgraph_saver
+from bench._spread import Noisy, paired_ratios, spread_line
+from bench.chain import MADE_SCHEMAS, new_schema
+from bench.hitl import drop_schemas
 
 PROMPT = "Look up the orders."
 
@@ -116,7 +123,7 @@ async def run_fastaiagent(kind: str, target: str, synchronous: str, turns: int) 
         else:
             from fastaiagent.checkpointers.postgres import PostgresCheckpointer
 
-            checkpointer = PostgresCheckpointer(target, schema=f"fa_{uuid.uuid4().hex[:8]}")
+            checkpointer = PostgresCheckpointer(target, schema=new_schema("fa"))
         try:
             checkpointer.setup()
             agent = FAgent(
@@ -209,7 +216,7 @@ def one_round(turns: int, dsn: str | None, fresh: Callable[[str], Path]) -> Iter
     ]
     if dsn:
         configs.append(("Postgres", "postgres", lambda: dsn, "",
-                        lambda: PostgresStore(dsn, schema=f"tb_{uuid.uuid4().hex[:8]}")))
+                        lambda: PostgresStore(dsn, schema=new_schema("tb"))))
     for config, kind, target, sync, store_factory in configs:
         runs: dict[str, Callable[[], float]] = {
             "fastaiagent": lambda k=kind, t=target, s=sync: asyncio.run(run_fastaiagent(k, t(), s, turns)),
@@ -232,12 +239,16 @@ def measure(rounds: int, turns: int, dsn: str | None) -> dict[str, dict[str, lis
 
     # A short untimed round first: whoever ran first would otherwise pay the process's
     # first-use costs (lazy imports, pydantic schemas, connection pools' first connect).
-    for _ in one_round(2, dsn, fresh):
-        pass
-    for r in range(rounds):
-        for config, name, us in one_round(turns, dsn, fresh):
-            results[config].setdefault(name, []).append(us)
-        print(f"round {r + 1}/{rounds} done", flush=True)
+    try:
+        for _ in one_round(2, dsn, fresh):
+            pass
+        for r in range(rounds):
+            for config, name, us in one_round(turns, dsn, fresh):
+                results[config].setdefault(name, []).append(us)
+            print(f"round {r + 1}/{rounds} done", flush=True)
+    finally:
+        if dsn and MADE_SCHEMAS:
+            asyncio.run(drop_schemas(dsn, MADE_SCHEMAS))
     return results
 
 
@@ -267,23 +278,27 @@ def growth(turns: tuple[int, ...] = (10, 20, 40)) -> dict[str, list[int]]:
 
 
 def report(results: dict[str, dict[str, list[float]]], turns: int, sizes: dict[str, list[int]]) -> str:
+    """One table per store (median over the rounds, with its spread), the ratios, then the stored bytes."""
+    noisy = Noisy()
     lines = []
     for config, peers in results.items():
         tether = statistics.median(peers["tether (asyncio)"])
         lines += [f"\n### {config}, {turns} turns\n",
-                  "| peer | us per turn (median) | min-max | x tether (asyncio) |", "|---|---|---|---|"]
+                  "| peer | us per turn: median (min-max) | x tether (asyncio) |", "|---|---|---|"]
         for name in PEERS:
             samples = peers[name]
-            us = statistics.median(samples)
-            lines.append(f"| {name} | {us:,.0f} | {min(samples):,.0f}-{max(samples):,.0f} | {us / tether:.2f} |")
+            cell = noisy.cell(f"{config}, {name}, us per turn", samples)
+            lines.append(f"| {name} | {cell} | {statistics.median(samples) / tether:.2f} |")
         for name in ("fastaiagent", "LangGraph"):
             if name in peers:
-                lines.append(f"\nratio agent-{turns} {config} {name}/tether = "
-                             f"{statistics.median(peers[name]) / tether:.2f}")
+                ratio = f"agent-{turns} {config} {name}/tether"
+                lines.append(f"\nratio {ratio} = {statistics.median(peers[name]) / tether:.2f}")
+                lines.append(spread_line(ratio, paired_ratios(peers[name], peers["tether (asyncio)"])))
     lines += ["\n### Stored bytes after 10, 20 and 40 turns (SQLite)\n",
               "| peer | 10 turns | 20 turns | 40 turns | 40/10 |", "|---|---|---|---|---|"]
     for name, (ten, twenty, forty) in sizes.items():
         lines.append(f"| {name} | {ten:,} | {twenty:,} | {forty:,} | {forty / ten:.1f} |")
+    lines.append("\n" + noisy.report())
     return "\n".join(lines)
 
 

@@ -13,6 +13,20 @@ caller's loop can do (a commit that fsyncs must not run on the loop). SQLite
 runs in WAL at synchronous FULL and NORMAL for every peer alike; Postgres with
 the server's synchronous_commit (on).
 
+The Postgres floor inserts into an ordinary table, in a schema of the run's own
+(dropped afterwards): its commit waits for the WAL to reach the disk, as every
+peer's checkpoint does. A temporary table writes no WAL, so its commit has
+nothing to flush (measured here: 55-70 us per INSERT+COMMIT into a temporary
+table, 230-320 us into an ordinary one). Dividing by it would make every peer
+look several times further from the floor than it is. It stays in the
+table as its own row, "round trip (temp table, no fsync)": the statement's
+round trip alone, what is left of a commit once the fsync is taken away.
+
+An untimed round of 20 nodes runs first, so that no timed round carries the
+process's first-use costs. Every cell is the median over the rounds with their
+spread (lowest-highest) beside it; a cell whose spread exceeds its median is
+marked " !" and listed under "noisy cells:" at the end (see `bench._spread`).
+
 Every peer's node is an async function, so every peer runs it on the event loop.
 A sync node would not be the same work everywhere: tether and LangGraph run it in
 a worker thread (it may block), fastaiagent calls it on the loop.
@@ -44,10 +58,22 @@ from tether.actors import Chain
 from tether.stores import PostgresStore, SQLiteStore
 
 from bench._savers import langgraph_saver
+from bench._spread import Noisy, paired_ratios, spread, spread_line
+from bench.hitl import drop_schemas
 
 UPDATE = {"step": 1, "note": "x" * 40}
 PAYLOAD = json.dumps(UPDATE)
+FLOOR = "floor: raw INSERT+COMMIT"
 THREAD_FLOOR = "thread floor: the same on a worker thread"
+ROUND_TRIP = "round trip (temp table, no fsync)"  # Postgres only; not a floor, see the docstring
+MADE_SCHEMAS: list[str] = []
+
+
+def new_schema(prefix: str) -> str:
+    """A Postgres schema name for one run, remembered so that `measure` drops it at the end."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    MADE_SCHEMAS.append(name)
+    return name
 
 
 def tether_nodes(count: int) -> list[Any]:
@@ -87,7 +113,7 @@ async def run_fastaiagent(kind: str, target: str, synchronous: str, count: int) 
         else:
             from fastaiagent.checkpointers.postgres import PostgresCheckpointer
 
-            checkpointer = PostgresCheckpointer(target, schema=f"fa_{uuid.uuid4().hex[:8]}")
+            checkpointer = PostgresCheckpointer(target, schema=new_schema("fa"))
         checkpointer.setup()
 
         async def step(step: int = 0) -> dict[str, Any]:
@@ -163,7 +189,7 @@ async def run_dbos(kind: str, target: str, synchronous: str, count: int) -> floa
 
     line = dbos_line()
     config = "Postgres" if kind == "postgres" else f"SQLite {synchronous}"
-    DBOS(config=dbos_config(config, target, f"dbos_{uuid.uuid4().hex[:8]}"))  # type: ignore[arg-type]
+    DBOS(config=dbos_config(config, target, new_schema("dbos")))  # type: ignore[arg-type]
     DBOS.launch()
     try:
         start = time.perf_counter()
@@ -220,87 +246,118 @@ async def sqlite_thread_floor(path: Path, synchronous: str, count: int) -> float
         conn.close()
 
 
-async def postgres_floor(dsn: str, count: int) -> float:
+async def postgres_floor(dsn: str, count: int, durable: bool = True) -> float:
+    """Microseconds per INSERT of `PAYLOAD`, each committed at once (autocommit: one round trip).
+
+    durable=True (the floor): into an ordinary table in a schema made for this call
+    and dropped after it, so every commit flushes the WAL, as a checkpoint must.
+    durable=False: into a temporary table, which writes no WAL, so the commit
+    flushes nothing: the statement's round trip alone, for comparison only.
+    """
     conn = await asyncpg.connect(dsn)
+    schema = f"floor_{uuid.uuid4().hex[:8]}"
+    table = f'"{schema}".floor' if durable else "floor"
     try:
-        await conn.execute("CREATE TEMP TABLE floor (id bigserial PRIMARY KEY, payload json)")
+        if durable:
+            await conn.execute(f'CREATE SCHEMA "{schema}"')
+            await conn.execute(f"CREATE TABLE {table} (id bigserial PRIMARY KEY, payload json)")
+        else:
+            await conn.execute("CREATE TEMP TABLE floor (id bigserial PRIMARY KEY, payload json)")
+        insert = f"INSERT INTO {table} (payload) VALUES ($1::json)"
         start = time.perf_counter()
         for _ in range(count):
-            await conn.execute("INSERT INTO floor (payload) VALUES ($1::json)", PAYLOAD)
+            await conn.execute(insert, PAYLOAD)
         return (time.perf_counter() - start) / count * 1e6
     finally:
+        if durable:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         await conn.close()
 
 
-def measure(rounds: int, count: int, dsn: str | None) -> tuple[dict[str, dict[str, list[float]]], dict[str, Any]]:
+Samples = dict[str, dict[str, list[float]]]  # store -> peer (or floor) -> us per node, one per round
+
+
+def store_round(config: str, kind: str, target: Callable[[str], str], sync: str, count: int,
+                store: Callable[[], Any], growth: dict[str, Any]) -> dict[str, float]:
+    """Every peer once on one store: the three others in a shuffled order, then tether's two backends."""
+    peers: list[tuple[str, Callable[[str, str, str, int], Awaitable[float]]]] = [
+        ("fastaiagent", run_fastaiagent), ("LangGraph", run_langgraph), ("DBOS", run_dbos)]
+    random.shuffle(peers)
+    out = {name: asyncio.run(run(kind, target(name), sync, count)) for name, run in peers}
+    for backend in ("asyncio", "trio"):
+        out[f"tether ({backend})"], growth[config] = anyio.run(run_tether, store, count, backend=backend)
+    return out
+
+
+def one_round(count: int, dsn: str | None, fresh: Callable[[str], Path],
+              growth: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Every peer and floor once in every store: store -> peer -> us per node."""
+    out = {}
+    for sync in ("FULL", "NORMAL"):
+        config = f"SQLite {sync}"
+        out[config] = store_round(config, "sqlite", lambda name: str(fresh(name)), sync, count,
+                                  lambda s=sync: SQLiteStore(fresh("tether"), synchronous=s), growth)
+        out[config][FLOOR] = sqlite_floor(fresh("floor"), sync, count)
+        out[config][THREAD_FLOOR] = asyncio.run(sqlite_thread_floor(fresh("floor"), sync, count))
+    if dsn:
+        out["Postgres"] = store_round("Postgres", "postgres", lambda _: dsn, "", count,
+                                      lambda: PostgresStore(dsn, schema=new_schema("tb")), growth)
+        out["Postgres"][FLOOR] = asyncio.run(postgres_floor(dsn, count))
+        out["Postgres"][ROUND_TRIP] = asyncio.run(postgres_floor(dsn, count, durable=False))
+    return out
+
+
+def measure(rounds: int, count: int, dsn: str | None) -> tuple[Samples, dict[str, Any]]:
     tmp = Path(tempfile.mkdtemp(prefix="tether-chain-bench-"))
-    results: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    results: Samples = defaultdict(lambda: defaultdict(list))
     growth: dict[str, Any] = {}
 
     def fresh(name: str) -> Path:
         return tmp / f"{name}-{uuid.uuid4().hex[:8]}.db"
 
-    for r in range(rounds):
-        for sync in ("FULL", "NORMAL"):
-            config = f"SQLite {sync}"
-            runs: list[tuple[str, Callable[[], Awaitable[float]]]] = [
-                ("fastaiagent", lambda s=sync: run_fastaiagent("sqlite", str(fresh("fa")), s, count)),
-                ("LangGraph", lambda s=sync: run_langgraph("sqlite", str(fresh("lg")), s, count)),
-                ("DBOS", lambda s=sync: run_dbos("sqlite", str(fresh("db")), s, count)),
-            ]
-            random.shuffle(runs)
-            for name, job in runs:
-                results[config][name].append(asyncio.run(job()))
-            for backend in ("asyncio", "trio"):
-                us, sizes = anyio.run(
-                    run_tether, lambda s=sync: SQLiteStore(fresh("t"), synchronous=s), count, backend=backend
-                )
-                results[config][f"tether ({backend})"].append(us)
-                growth[f"{config}"] = sizes
-            results[config]["floor: raw INSERT+COMMIT"].append(sqlite_floor(fresh("floor"), sync, count))
-            results[config][THREAD_FLOOR].append(asyncio.run(sqlite_thread_floor(fresh("floor"), sync, count)))
-        if dsn:
-            config = "Postgres"
-            runs = [
-                ("fastaiagent", lambda: run_fastaiagent("postgres", dsn, "", count)),
-                ("LangGraph", lambda: run_langgraph("postgres", dsn, "", count)),
-                ("DBOS", lambda: run_dbos("postgres", dsn, "", count)),
-            ]
-            random.shuffle(runs)
-            for name, job in runs:
-                results[config][name].append(asyncio.run(job()))
-            for backend in ("asyncio", "trio"):
-                us, sizes = anyio.run(
-                    run_tether, lambda: PostgresStore(dsn, schema=f"tb_{uuid.uuid4().hex[:8]}"), count,
-                    backend=backend,
-                )
-                results[config][f"tether ({backend})"].append(us)
-                growth[config] = sizes
-            results[config]["floor: raw INSERT+COMMIT"].append(asyncio.run(postgres_floor(dsn, count)))
-        print(f"round {r + 1}/{rounds} done", flush=True)
+    try:
+        # A short untimed round first: the first round would otherwise carry every first-use
+        # cost (lazy imports, DBOS's first launch, the first connections), the same cost in
+        # every run, and its spread would flag cells that one hiccup did not move.
+        one_round(20, dsn, fresh, {})
+        for r in range(rounds):
+            for config, peers in one_round(count, dsn, fresh, growth).items():
+                for name, us in peers.items():
+                    results[config][name].append(us)
+            print(f"round {r + 1}/{rounds} done", flush=True)
+    finally:
+        if dsn and MADE_SCHEMAS:  # the floor drops its own
+            asyncio.run(drop_schemas(dsn, MADE_SCHEMAS))
     return results, growth
 
 
-def report(results: dict[str, dict[str, list[float]]], growth: dict[str, Any], nodes: int = 200) -> str:
+def report(results: Samples, growth: dict[str, Any], nodes: int = 200) -> str:
+    """One table per store, each cell the median over the rounds with its spread; then the ratios."""
+    noisy = Noisy()
     lines = []
     for config, peers in results.items():
         tether = statistics.median(peers["tether (asyncio)"])
-        floor = statistics.median(peers["floor: raw INSERT+COMMIT"])
-        lines += [f"\n### {config}\n", "| peer | us per node (median) | x tether (asyncio) | x floor |",
+        floor = statistics.median(peers[FLOOR])
+        lines += [f"\n### {config}\n", "| peer | us per node: median (min-max) | x tether (asyncio) | x floor |",
                   "|---|---|---|---|"]
         for name, samples in peers.items():
             us = statistics.median(samples)
-            lines.append(f"| {name} | {us:,.0f} | {us / tether:.2f} | {us / floor:.2f} |")
+            cell = noisy.cell(f"{config}, {name}, us per node", samples)
+            lines.append(f"| {name} | {cell} | {us / tether:.2f} | {us / floor:.2f} |")
         for name in ("fastaiagent", "LangGraph", "DBOS"):
             if name in peers:
-                lines.append(f"\nratio chain-{nodes} {config} {name}/tether = "
-                             f"{statistics.median(peers[name]) / tether:.2f}")
+                ratio = f"chain-{nodes} {config} {name}/tether"
+                lines.append(f"\nratio {ratio} = {statistics.median(peers[name]) / tether:.2f}")
+                lines.append(spread_line(ratio, paired_ratios(peers[name], peers["tether (asyncio)"])))
         if THREAD_FLOOR in peers:
-            lines.append(f"\ntether (asyncio) / thread floor = {tether / statistics.median(peers[THREAD_FLOOR]):.2f}")
+            over = spread(paired_ratios(peers["tether (asyncio)"], peers[THREAD_FLOOR]))
+            lines.append(f"\ntether (asyncio) / thread floor = {tether / statistics.median(peers[THREAD_FLOOR]):.2f} "
+                         f"({over.low:.2f}-{over.high:.2f} over the rounds)")
         sizes = growth.get(config)
         if sizes:
             lines.append(f"\ntether journal bytes per node entry: first 20 nodes {sizes['first 20']:.0f}, "
                          f"last 20 nodes {sizes['last 20']:.0f}")
+    lines.append("\n" + noisy.report())
     return "\n".join(lines)
 
 

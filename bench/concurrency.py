@@ -24,6 +24,11 @@ Every measurement runs in a fresh child process (`--one PEER CONFIG`, printing
 one JSON line), so peak RSS is the peer's own and no peer inherits another's
 threads or caches. The child runs one untimed execution first (first-use costs:
 lazy imports, connections, compiled queries), then the timed batch.
+
+Every cell is the median over the rounds with their spread (lowest-highest) beside
+it; a cell whose spread exceeds its median is marked " !" and listed under
+"noisy cells:" at the end (see `bench._spread`). `--quick` keeps 3 rounds and
+runs fewer executions: a median of two would be a mean, and one stall would move it.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._savers import langgraph_saver
+from bench._spread import Noisy, paired_ratios, spread_line
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTE = "x" * 40
@@ -308,35 +314,52 @@ def measure(rounds: int, executions: int, steps: int, dsn: str | None) -> Result
     return results
 
 
+def per_step_us(sample: dict[str, float]) -> float:
+    """Wall microseconds per durable step: a cost, so that peer/tether > 1 means tether is ahead."""
+    return 1e6 / sample["steps/s"]
+
+
+def row(noisy: Noisy, config: str, name: str, samples: list[dict[str, float]], tether_us: float) -> str:
+    """One peer's table row: each figure's median (min-max) over the rounds, and its cost over tether's."""
+    us = [per_step_us(s) for s in samples]
+
+    def cell(what: str, values: list[float], fmt: str) -> str:
+        return noisy.cell(f"{config}, {name}, {what}", values, fmt)
+
+    cells = [
+        cell("steps/s", [s["steps/s"] for s in samples], ",.0f"),
+        cell("us/step", us, ",.0f"),
+        f"{statistics.median(us) / tether_us:.2f}",
+        cell("peak RSS", [s["peak RSS MiB"] for s in samples], ".0f"),
+        cell("RSS growth", [s["peak RSS MiB"] - s["RSS before MiB"] for s in samples], ".1f"),
+        cell("lag p50", [s["lag p50 ms"] for s in samples], ".2f"),
+        cell("lag p99", [s["lag p99 ms"] for s in samples], ".2f"),
+    ]
+    return f"| {name} | {' | '.join(cells)} |"
+
+
 def report(results: Results, executions: int, steps: int) -> str:
+    """One table per store, every cell the median over the rounds with its spread; then the ratios."""
     workload = f"concurrency-{executions}x{steps}"
+    noisy = Noisy()
     lines = []
     for config, peers in results.items():
-        med = {name: {k: statistics.median(s[k] for s in samples) for k in samples[0]}
-               for name, samples in peers.items()}
-        # Wall microseconds per durable step: a cost, so that peer/tether > 1 means tether is ahead.
-        us = {name: 1e6 / m["steps/s"] for name, m in med.items()}
-        tether = us["tether (asyncio)"]
+        us = {name: [per_step_us(s) for s in samples] for name, samples in peers.items()}
+        tether = statistics.median(us["tether (asyncio)"])
         lines += [f"\n### {config}, {executions} executions x {steps} steps at once\n",
-                  ("| peer | durable steps/s | min-max | us/step | x tether (asyncio) | peak RSS MiB "
+                  ("| peer | durable steps/s | us/step | x tether (asyncio) | peak RSS MiB "
                    "| RSS growth MiB | loop lag p50 ms | loop lag p99 ms |"),
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for name in PEERS:
-            if name not in med:
-                continue
-            m = med[name]
-            rates = [s["steps/s"] for s in peers[name]]
-            lines.append(
-                f"| {name} | {m['steps/s']:,.0f} | {min(rates):,.0f}-{max(rates):,.0f} | {us[name]:,.0f} "
-                f"| {us[name] / tether:.2f} | {m['peak RSS MiB']:.0f} "
-                f"| {m['peak RSS MiB'] - m['RSS before MiB']:.1f} | {m['lag p50 ms']:.2f} "
-                f"| {m['lag p99 ms']:.2f} |"
-            )
+                  "|---|---|---|---|---|---|---|---|"]
+        lines += [row(noisy, config, name, peers[name], tether) for name in PEERS if name in peers]
         for name in ("LangGraph", "DBOS"):
             if name in us:
-                lines.append(f"\nratio {workload} {config} {name}/tether = {us[name] / tether:.2f}")
+                ratio = f"{workload} {config} {name}/tether"
+                lines.append(f"\nratio {ratio} = {statistics.median(us[name]) / tether:.2f}")
+                lines.append(spread_line(ratio, paired_ratios(us[name], us["tether (asyncio)"])))
     lines.append("\nratio = wall us per durable step, peer over tether (asyncio); RSS growth = peak RSS "
-                 "minus RSS after the untimed warm-up execution; medians over rounds.")
+                 "minus RSS after the untimed warm-up execution; every cell: median (min-max) over the "
+                 "rounds; spread = the ratio's range round by round.")
+    lines.append("\n" + noisy.report())
     return "\n".join(lines)
 
 
@@ -347,7 +370,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="admin DSN; tether and DBOS runs use a schema of their own ('' to skip)")
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and executions (about a minute)")
+    parser.add_argument("--quick", action="store_true", help="fewer executions, still 3 rounds (about a minute)")
     # The child's side: one measurement, printed as JSON.
     parser.add_argument("--one", nargs=2, metavar=("PEER", "CONFIG"), help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)
@@ -356,7 +379,7 @@ def main() -> None:
         print(json.dumps(one(*args.one, args.target, args.executions, args.steps)))
         return
     if args.quick:
-        args.rounds, args.executions = 2, 40
+        args.rounds, args.executions = 3, 40  # three rounds at least: a median with a spread that means something
     results = measure(args.rounds, args.executions, args.steps, args.postgres or None)
     print(report(results, args.executions, args.steps))
 

@@ -25,7 +25,13 @@ with the server's synchronous_commit (on), each tether and DBOS batch in a schem
 of its own. The `--count` executions per peer and store run in `--rounds`
 batches; each round runs every peer's batch in every store, in a shuffled order,
 each batch in a fresh event loop with a fresh store and one untimed execution
-first. The figures are medians over all executions.
+first.
+
+Each cell is the median of the rounds' medians, with the lowest and highest
+round median beside it: the spread says whether the rounds agreed, which one
+execution's stall (a GC pause, a poll missed) cannot move. A cell whose spread
+exceeds its median is marked " !" and listed under "noisy cells:" at the end
+(see `bench._spread`). `--quick` keeps 3 rounds, with fewer executions in each.
 """
 
 from __future__ import annotations
@@ -33,7 +39,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import math
 import random
 import statistics
 import tempfile
@@ -46,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._savers import langgraph_saver
+from bench._spread import Noisy, paired_ratios, spread_line
 from bench.concurrency import dbos_config as concurrency_dbos_config
 
 AMOUNT = 120
@@ -257,7 +263,7 @@ async def drop_schemas(dsn: str, schemas: list[str]) -> None:
         await conn.close()
 
 
-Results = dict[str, dict[str, Latencies]]
+Results = dict[str, dict[str, list[Latencies]]]  # store -> peer -> one batch per round
 
 
 def measure(count: int, rounds: int, dsn: str | None) -> Results:
@@ -265,17 +271,16 @@ def measure(count: int, rounds: int, dsn: str | None) -> Results:
     results: Results = defaultdict(lambda: defaultdict(list))
     configs = ["SQLite FULL", "SQLite NORMAL"] + (["Postgres"] if dsn else [])
     schemas: list[str] = []
-    per_batch = math.ceil(count / rounds)
     try:
         for r in range(rounds):
-            n = max(0, min(per_batch, count - r * per_batch))
+            n = count // rounds + (r < count % rounds)  # every batch non-empty: each round has a median
             for config in configs:
                 order = list(PEERS)
                 random.shuffle(order)
                 for peer in order:
                     target = dsn if config == "Postgres" else str(tmp / f"{uuid.uuid4().hex[:8]}.db")
                     schemas.append(f"b_{uuid.uuid4().hex[:8]}")
-                    results[config][peer] += run_batch(peer, config, target or "", schemas[-1], n)
+                    results[config][peer].append(run_batch(peer, config, target or "", schemas[-1], n))
             print(f"round {r + 1}/{rounds} done", flush=True)
     finally:
         if dsn:
@@ -283,31 +288,42 @@ def measure(count: int, rounds: int, dsn: str | None) -> Results:
     return results
 
 
+def round_medians(batches: list[Latencies]) -> tuple[list[float], list[float]]:
+    """Each round's median pause and median resume, in round order (so that peers pair by round)."""
+    return ([statistics.median(p for p, _ in batch) for batch in batches],
+            [statistics.median(r for _, r in batch) for batch in batches])
+
+
 def report(results: Results, threads_after: list[str]) -> str:
+    """One table per store: the median of the round medians (lowest-highest) per peer; then the ratios."""
+    noisy = Noisy()
     lines = []
     for config, peers in results.items():
-        med = {name: (statistics.median(p for p, _ in lat), statistics.median(r for _, r in lat))
-               for name, lat in peers.items()}
-        tether_pause, tether_resume = med["tether (asyncio)"]
-        count = len(peers["tether (asyncio)"])
-        lines += [f"\n### {config}, {count} executions per peer\n",
-                  ("| peer | pause ms (median) | min-max | x tether (asyncio) "
-                   "| resume to done ms (median) | min-max | x tether (asyncio) |"),
-                  "|---|---|---|---|---|---|---|"]
+        rounds = {name: round_medians(batches) for name, batches in peers.items()}
+        count = sum(len(batch) for batch in peers["tether (asyncio)"])
+        base_pause, base_resume = rounds["tether (asyncio)"]
+        tether_pause, tether_resume = statistics.median(base_pause), statistics.median(base_resume)
+        lines += [f"\n### {config}, {count} executions per peer in {len(base_pause)} rounds\n",
+                  ("| peer | pause ms: median (min-max) | x tether (asyncio) "
+                   "| resume to done ms: median (min-max) | x tether (asyncio) |"),
+                  "|---|---|---|---|---|"]
         for name in PEERS:
-            pauses = [p for p, _ in peers[name]]
-            resumes = [r for _, r in peers[name]]
-            pause, resume = med[name]
-            lines.append(f"| {name} | {pause:.1f} | {min(pauses):.1f}-{max(pauses):.1f} "
-                         f"| {pause / tether_pause:.2f} | {resume:.1f} | {min(resumes):.1f}-{max(resumes):.1f} "
-                         f"| {resume / tether_resume:.2f} |")
+            pauses, resumes = rounds[name]
+            lines.append(f"| {name} | {noisy.cell(f'{config}, {name}, pause ms', pauses, '.1f')} "
+                         f"| {statistics.median(pauses) / tether_pause:.2f} "
+                         f"| {noisy.cell(f'{config}, {name}, resume ms', resumes, '.1f')} "
+                         f"| {statistics.median(resumes) / tether_resume:.2f} |")
         for name in ("LangGraph", "DBOS"):
-            pause, resume = med[name]
-            lines.append(f"\nratio hitl-pause {config} {name}/tether = {pause / tether_pause:.2f}")
-            lines.append(f"\nratio hitl-resume {config} {name}/tether = {resume / tether_resume:.2f}")
+            pauses, resumes = rounds[name]
+            for what, mine, base, base_median in (("pause", pauses, base_pause, tether_pause),
+                                                  ("resume", resumes, base_resume, tether_resume)):
+                ratio = f"hitl-{what} {config} {name}/tether"
+                lines.append(f"\nratio {ratio} = {statistics.median(mine) / base_median:.2f}")
+                lines.append(spread_line(ratio, paired_ratios(mine, base)))
     # A thread a batch left running (DBOS's pollers) would have slowed the batches after it.
     lines.append(f"\nDBOS on SQLite polls every {DBOS_SQLITE_POLL * 1000:.0f} ms; "
                  f"threads alive after the last batch: {', '.join(threads_after)}.")
+    lines.append("\n" + noisy.report())
     return "\n".join(lines)
 
 
@@ -317,10 +333,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="batches the executions are split into")
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres",
                         help="admin DSN; tether and DBOS batches use a schema of their own ('' to skip)")
-    parser.add_argument("--quick", action="store_true", help="fewer executions (well under a minute)")
+    parser.add_argument("--quick", action="store_true", help="fewer executions, 3 rounds (well under a minute)")
     args = parser.parse_args()
     if args.quick:
-        args.count, args.rounds = 10, 2
+        args.count, args.rounds = 15, 3  # still 3 rounds: the spread needs them, and one bad batch is outvoted
+    if args.count < args.rounds:
+        parser.error("--count must be at least --rounds: every round's batch needs an execution")
     results = measure(args.count, args.rounds, args.postgres or None)
     print(report(results, [thread.name for thread in threading.enumerate()]))
 
