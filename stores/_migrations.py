@@ -176,6 +176,12 @@ SQLITE_MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE UNIQUE INDEX tether_tokens_live ON tether_tokens (name) WHERE revoked_at IS NULL",
     ],
+    [
+        # Version 14: pending interrupts by path. A prefix that few of them match is a range
+        # of this index (the age index would be walked through all of them); one that many
+        # match is still read in age order, where its first page comes early.
+        "CREATE INDEX tether_pending_by_path ON tether_pending (path, created_at, execution_id)",
+    ],
 ]
 
 POSTGRES_MIGRATIONS: list[list[str]] = [
@@ -356,5 +362,10 @@ POSTGRES_MIGRATIONS: list[list[str]] = [
             revoked_at timestamptz
         )""",
         "CREATE UNIQUE INDEX tether_tokens_live ON tether_tokens (name) WHERE revoked_at IS NULL",
+    ],
+    [
+        # Version 14: as for SQLite, pending interrupts by path, in the "C" collation its
+        # prefix ranges are compared in.
+        'CREATE INDEX tether_pending_by_path ON tether_pending (path COLLATE "C", created_at, execution_id)',
     ],
 ]

@@ -42,7 +42,7 @@ from ._errors import ConfigurationError, ExecutionFinished, LeaseHeld
 from ._models import FINAL_STATUSES
 from ._watch import Check, Committed, JournalWatch, Watchers
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 """The schema version this release writes; `setup()` migrates older databases to it."""
 
 
@@ -744,6 +744,17 @@ def prefix_range(prefix: str) -> tuple[str, str | None]:
     if following in _SURROGATES:
         following = _SURROGATES.stop
     return prefix, head[:-1] + chr(following)
+
+
+FEW_UNDER_PREFIX = 1000
+"""Pending interrupts under a path prefix that are few enough to read through the path index.
+
+A listing counts up to this many in the path index first. Fewer: it reads them
+there and sorts them by age (a rare member's dozen, wherever they lie in time).
+This many or more: it walks the age index and keeps those under the prefix; at
+that density the first page is found long before the end. Either way a listing
+reads at most about this many index entries plus a page of rows.
+"""
 
 
 def ancestors(path: str) -> list[str]:

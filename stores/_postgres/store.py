@@ -59,6 +59,7 @@ from .._models import (
     TokenRow,
 )
 from .._protocol import (
+    FEW_UNDER_PREFIX,
     SCHEMA_VERSION,
     ancestors,
     check_limit,
@@ -249,10 +250,13 @@ def search_sql(s: ExecutionSearch, limit: int, before: Execution | None,
         where.append(below)
     if before is not None:
         where.append(f"(created_at, id) < ({arg(before.created_at)}, {arg(before.execution_id)})")
-    sql = f"SELECT {_EXEC_COLS} FROM tether_executions"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    return sql + f" ORDER BY created_at DESC, id DESC LIMIT {arg(limit)}", args
+    # The page's ids first, then their rows: every index a filter uses holds (created_at, id),
+    # so the ids come from that index alone. Asked for whole rows, the planner would rather walk
+    # the creation index (the table's own order) and filter, betting that the newest rows match:
+    # a runner's older version matches none of them, and it read 90,000 rows for a page.
+    order = "ORDER BY created_at DESC, id DESC"
+    ids_sql = f"SELECT id FROM tether_executions WHERE {' AND '.join(where) or 'true'} {order} LIMIT {arg(limit)}"
+    return f"SELECT {_EXEC_COLS} FROM tether_executions WHERE id IN ({ids_sql}) {order}", args
 
 
 def _prefixed(column: str, prefix: str, arg: Callable[[Any], str]) -> str:
@@ -260,6 +264,31 @@ def _prefixed(column: str, prefix: str, arg: Callable[[Any], str]) -> str:
     low, high = prefix_range(prefix)
     starts = f'{column} COLLATE "C" >= {arg(low)}'
     return starts if high is None else f'({starts} AND {column} COLLATE "C" < {arg(high)})'
+
+
+def _pending_where(execution_id: str | None, path_prefix: str | None,
+                   args: list[Any] | None = None) -> tuple[list[str], list[Any]]:
+    """Conditions on pending rows, numbering their parameters after ``args``: a prefix as a path index range."""
+    args = [] if args is None else args
+    where: list[str] = []
+
+    def arg(value: Any) -> str:
+        args.append(value)
+        return f"${len(args)}"
+
+    if execution_id is not None:
+        where.append(f"execution_id = {arg(execution_id)}")
+    if path_prefix:
+        where.append(_prefixed("path", path_prefix, arg))
+    return where, args
+
+
+async def _few_under(conn: asyncpg.Connection, prefix: str) -> bool:
+    """Fewer than `FEW_UNDER_PREFIX` pending interrupts under ``prefix`` (counting no further)."""
+    where, args = _pending_where(None, prefix)
+    found = await conn.fetchval(f"SELECT count(*) FROM (SELECT 1 FROM tether_pending WHERE {where[0]} "
+                                f"LIMIT {FEW_UNDER_PREFIX}) AS few", *args)
+    return int(found) < FEW_UNDER_PREFIX
 
 
 def redact(dsn: str) -> str:
@@ -693,16 +722,32 @@ class PostgresStore(DriverStore):
         versions: Mapping[str, Sequence[str]] | None = None,
     ) -> list[Lease]:
         check_limit(limit)
-        # SKIP LOCKED: concurrent workers each take different rows instead of queueing on one.
+        # What may be taken, each kind read through the index that holds only its few rows
+        # (a single OR of them all is planned as a scan of every running execution): due ones
+        # by their wake time, running ones whose lease was handed back or ran out. Then the
+        # oldest of those, locked; SKIP LOCKED: concurrent workers each take different rows
+        # instead of queueing on one. Enough candidates that those other workers hold can be
+        # skipped; a worker that finds all of them held takes fewer this time.
+        mine = ("AND ($4::text[] IS NULL OR root_path = ANY($4::text[])) "
+                "AND ($5::text[] IS NULL OR version = '' OR root_path || chr(31) || version = ANY($5::text[]))")
+        runnable = ("queue IS NULL AND ((status IN ('queued', 'paused', 'decided') AND wake_at <= now()) "
+                    "OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= now())))")
         rows = await self._fetch(
-            """WITH ready AS (
-                SELECT id FROM tether_executions
-                WHERE queue IS NULL AND ((status IN ('queued', 'paused', 'decided') AND wake_at <= now())
-                    OR (status = 'running' AND (lease_expires_at IS NULL OR lease_expires_at <= now())))
-                  AND ($4::text[] IS NULL OR root_path = ANY($4::text[]))
-                  AND ($5::text[] IS NULL OR version = '' OR root_path || chr(31) || version = ANY($5::text[]))
-                ORDER BY coalesce(wake_at, lease_expires_at)
-                LIMIT $3 FOR UPDATE SKIP LOCKED
+            f"""WITH candidates AS (
+                (SELECT id, wake_at AS at FROM tether_executions
+                 WHERE wake_at <= now() AND status IN ('queued', 'paused', 'decided') AND queue IS NULL {mine}
+                 ORDER BY wake_at LIMIT $6)
+                UNION ALL
+                (SELECT id, wake_at FROM tether_executions
+                 WHERE status = 'running' AND lease_expires_at IS NULL AND queue IS NULL {mine} LIMIT $6)
+                UNION ALL
+                (SELECT id, coalesce(wake_at, lease_expires_at) FROM tether_executions
+                 WHERE status = 'running' AND lease_expires_at <= now() AND queue IS NULL {mine}
+                 ORDER BY lease_expires_at LIMIT $6)
+            ), ready AS (
+                SELECT e.id FROM tether_executions e JOIN candidates c ON c.id = e.id
+                WHERE {runnable} {mine}
+                ORDER BY c.at LIMIT $3 FOR UPDATE OF e SKIP LOCKED
             )
             UPDATE tether_executions e SET lease_owner = $1,
                 lease_expires_at = now() + make_interval(secs => $2),
@@ -710,7 +755,7 @@ class PostgresStore(DriverStore):
             FROM ready WHERE e.id = ready.id
             RETURNING e.id, e.lease_epoch, e.lease_expires_at, e.deadline, e.cancel""",
             owner, float(lease_seconds), limit, None if roots is None else list(roots),
-            None if versions is None else version_pairs(versions), write=True,
+            None if versions is None else version_pairs(versions), 4 * limit + 32, write=True,
         )
         return [_lease(r["id"], owner, r) for r in rows]
 
@@ -964,13 +1009,19 @@ class PostgresStore(DriverStore):
         check_limit(limit)
         # Most recently updated first, or oldest first; a page starts after the last row of the one before.
         column, beyond, order = ("updated_at", "<", "DESC") if recent else ("created_at", ">", "ASC")
-        sql = (f"SELECT {_EXEC_COLS} FROM tether_executions "
-               "WHERE ($1::text IS NULL OR status = $1) AND ($5::text IS NULL OR thread = $5) "
-               f"AND ($2::timestamptz IS NULL OR ({column}, id) {beyond} ($2, $3)) "
-               f"ORDER BY {column} {order}, id {order} LIMIT $4")
-        moment = None if after is None else after.updated_at if recent else after.created_at
-        rows = await self._fetch(sql, status, moment, after.execution_id if after else None, limit, thread)
-        return [_execution(r) for r in rows]
+        # Only the filters given, each shape its own cached statement (with a plan for it).
+        where: list[str] = []
+        args: list[Any] = []
+        for name, value in (("status", status), ("thread", thread)):
+            if value is not None:
+                args.append(value)
+                where.append(f"{name} = ${len(args)}")
+        if after is not None:
+            args += [after.updated_at if recent else after.created_at, after.execution_id]
+            where.append(f"({column}, id) {beyond} (${len(args) - 1}, ${len(args)})")
+        sql = (f"SELECT {_EXEC_COLS} FROM tether_executions WHERE {' AND '.join(where) or 'true'} "
+               f"ORDER BY {column} {order}, id {order} LIMIT {int(limit)}")
+        return [_execution(r) for r in await self._fetch(sql, *args)]
 
     async def search_executions(
         self, search: ExecutionSearch | None = None, *, limit: int = 50, before: Execution | None = None
@@ -1381,27 +1432,47 @@ class PostgresStore(DriverStore):
         due_before: datetime | None = None,
     ) -> list[PendingInterrupt]:
         check_limit(limit)
-        rows = await self._fetch(
-            f"SELECT {_PENDING_COLS} FROM tether_pending "
-            "WHERE ($1::text IS NULL OR execution_id = $1) "
-            "AND ($2::text IS NULL OR starts_with(path, $2)) "
-            "AND ($3::timestamptz IS NULL OR (created_at, execution_id, path) > ($3, $4, $5)) "
-            "AND ($7::timestamptz IS NULL OR deadline <= $7) "
-            "ORDER BY created_at, execution_id, path LIMIT $6",
-            execution_id, path_prefix or None,
-            after.created_at if after else None, after.execution_id if after else None,
-            after.agent_path if after else None, limit, due_before,
-        )
-        return [_pending(r) for r in rows]
+        where, args = _pending_where(execution_id, None)
+
+        def arg(value: Any) -> str:
+            args.append(value)
+            return f"${len(args)}"
+
+        if due_before is not None:
+            where.append(f"deadline <= {arg(due_before)}")
+        if after is not None:
+            where.append(f"(created_at, execution_id, path) > "
+                         f"({arg(after.created_at)}, {arg(after.execution_id)}, {arg(after.agent_path)})")
+        # Only the filters given, so that each shape is its own cached statement with a plan
+        # for it; the limit inline, so that its plan knows how few rows it needs.
+        sql = (f"SELECT {_PENDING_COLS} FROM tether_pending WHERE {{}} "
+               f"ORDER BY created_at, execution_id, path LIMIT {int(limit)}")
+        if not path_prefix:
+            rows = await self._fetch(sql.format(" AND ".join(where) or "true"), *args)
+            return [_pending(r) for r in rows]
+        # Through the path index when few rows are under the prefix, else walking the age
+        # index (see `FEW_UNDER_PREFIX`); an execution's own rows, or those due, are few already.
+        ranged, ranged_args = _pending_where(None, path_prefix, list(args))
+        walked = sql.format(" AND ".join([*where, f"starts_with(path, ${len(args) + 1})"]))
+        by_path = sql.format(" AND ".join([*where, *ranged]))
+        may_range = execution_id is None and due_before is None
+
+        async def op_fn(op: Op) -> list[asyncpg.Record]:
+            assert self._pool is not None
+            with self._map_errors():
+                async with self._pool.connection() as conn:
+                    if may_range and await _few_under(conn, path_prefix):
+                        return await conn.fetch(by_path, *ranged_args)  # type: ignore[no-any-return]
+                    return await conn.fetch(walked, *args, path_prefix)  # type: ignore[no-any-return]
+
+        return [_pending(r) for r in await self._run(op_fn)]
 
     async def count_pending(
         self, *, execution_id: str | None = None, path_prefix: str | None = None
     ) -> int:
-        rows = await self._fetch(
-            "SELECT count(*) AS n FROM tether_pending WHERE ($1::text IS NULL OR execution_id = $1) "
-            "AND ($2::text IS NULL OR starts_with(path, $2))",
-            execution_id, path_prefix or None,
-        )
+        where, args = _pending_where(execution_id, path_prefix)
+        rows = await self._fetch(f"SELECT count(*) AS n FROM tether_pending WHERE {' AND '.join(where) or 'true'}",
+                                 *args)
         return int(rows[0]["n"])
 
     # -- idempotency ---------------------------------------------------------
@@ -1462,11 +1533,11 @@ class PostgresStore(DriverStore):
         rows = await self._fetch(
             f"""WITH doomed AS (
                 DELETE FROM tether_executions WHERE id IN (
-                    SELECT id FROM tether_executions
+                    SELECT id FROM tether_executions e
                     WHERE status IN {_FINAL_SQL} AND status = ANY($2::text[]) AND updated_at < $1
                       -- a thread's runs go together, once its latest is old and finished
-                      AND (thread IS NULL OR thread NOT IN (
-                          SELECT k.thread FROM tether_executions k WHERE k.thread IS NOT NULL
+                      AND (thread IS NULL OR NOT EXISTS (
+                          SELECT 1 FROM tether_executions k WHERE k.thread = e.thread
                           AND (k.status NOT IN {_FINAL_SQL} OR k.updated_at >= $1)))
                     ORDER BY updated_at LIMIT $3)
                 RETURNING id

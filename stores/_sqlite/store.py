@@ -60,6 +60,7 @@ from .._models import (
     TokenRow,
 )
 from .._protocol import (
+    FEW_UNDER_PREFIX,
     ancestors,
     check_limit,
     prefix_range,
@@ -432,17 +433,11 @@ class SQLiteStore(DriverStore):
             # BEGIN IMMEDIATE already excludes every other writer, so no row-level locking is needed.
             expires = now + span_us(lease_seconds)
             rows = db.execute(
-                "UPDATE tether_executions SET lease_owner = ?, lease_expires_at = ?, "
-                "lease_epoch = lease_epoch + 1, status = 'running', wake_at = NULL, updated_at = ? "
-                "WHERE id IN (SELECT id FROM tether_executions "
-                "  WHERE queue IS NULL AND ((status IN ('queued', 'paused', 'decided') AND wake_at <= ?) "
-                "     OR (status = 'running' AND coalesce(lease_expires_at, 0) <= ?)) "
-                "    AND (? IS NULL OR root_path IN (SELECT value FROM json_each(?))) "
-                "    AND (? IS NULL OR version = '' "
-                "         OR root_path || char(31) || version IN (SELECT value FROM json_each(?))) "
-                "  ORDER BY coalesce(wake_at, lease_expires_at, 0) LIMIT ?) "
+                "UPDATE tether_executions SET lease_owner = :owner, lease_expires_at = :expires, "
+                "lease_epoch = lease_epoch + 1, status = 'running', wake_at = NULL, updated_at = :now "
+                f"WHERE id IN (SELECT id FROM ({_READY_SQL}) ORDER BY at LIMIT :limit) "
                 "RETURNING id, lease_epoch, deadline, cancel",
-                (owner, expires, now, now, now, root_list, root_list, pairs, pairs, limit),
+                {"owner": owner, "expires": expires, "now": now, "roots": root_list, "pairs": pairs, "limit": limit},
             ).fetchall()
             return [_lease(r[0], owner, r[1], expires, r[2], r[3]) for r in rows]
 
@@ -1045,19 +1040,33 @@ class SQLiteStore(DriverStore):
         due_before: datetime | None = None,
     ) -> list[PendingInterrupt]:
         check_limit(limit)
-        where, params = _pending_filter(execution_id, path_prefix)
+        where, params = _pending_filter(execution_id, None)
         if due_before is not None:
             where.append("deadline <= ?")
             params.append(to_us(due_before))
         if after is not None:
             where.append("(created_at, execution_id, path) > (?, ?, ?)")
             params += [to_us(after.created_at), after.execution_id, after.agent_path]
-        sql = f"SELECT {PENDING_COLS} FROM tether_pending"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created_at, execution_id, path LIMIT ?"
-        params.append(limit)
-        return await self._read(lambda db: [pending_from(r) for r in db.execute(sql, params)])
+
+        def fn(db: sqlite3.Connection) -> list[PendingInterrupt]:
+            source, conditions, values = "tether_pending", list(where), list(params)
+            if path_prefix:
+                # An execution's own rows, or those due, are few already: the prefix only filters them.
+                if execution_id is None and due_before is None and _few_under(db, path_prefix):
+                    source = "tether_pending INDEXED BY tether_pending_by_path"
+                    range_sql, range_args = _path_range(path_prefix)
+                    conditions.append(range_sql)
+                    values += range_args
+                else:
+                    conditions.append("substr(path, 1, length(?)) = ?")  # no index: the age order is kept
+                    values += [path_prefix, path_prefix]
+            sql = f"SELECT {PENDING_COLS} FROM {source}"
+            if conditions:
+                sql += " WHERE " + " AND ".join(conditions)
+            sql += " ORDER BY created_at, execution_id, path LIMIT ?"
+            return [pending_from(r) for r in db.execute(sql, [*values, limit])]
+
+        return await self._read(fn)
 
     async def count_pending(
         self, *, execution_id: str | None = None, path_prefix: str | None = None
@@ -1129,16 +1138,17 @@ class SQLiteStore(DriverStore):
         cutoff = to_us(older_than)
         chosen = _json.dumps(prunable(statuses, limit))
 
-        # A thread's runs go together, once its latest is old and finished: each run
-        # reads the conversation of the ones before it.
-        old = (f"status IN {FINAL_SQL} AND updated_at < :cutoff AND (thread IS NULL OR thread NOT IN ("
-               f"SELECT k.thread FROM tether_executions k WHERE k.thread IS NOT NULL "
+        # The oldest first, walking the index of update times (the status index would have every
+        # old run sorted first). A thread's runs go together, once its latest is old and finished:
+        # each run reads the conversation of the ones before it.
+        old = (f"updated_at < :cutoff AND +status IN {FINAL_SQL} AND +status IN (SELECT value FROM json_each(:chosen)) "
+               "AND (thread IS NULL OR NOT EXISTS (SELECT 1 FROM tether_executions k WHERE k.thread = e.thread "
                f"AND (k.status NOT IN {FINAL_SQL} OR k.updated_at >= :cutoff)))")
 
         def fn(db: sqlite3.Connection, now: int) -> int:
             ids = _json.dumps([row[0] for row in db.execute(
-                f"SELECT id FROM tether_executions WHERE {old} AND status IN (SELECT value FROM json_each(:chosen)) "
-                "ORDER BY updated_at LIMIT :limit", {"cutoff": cutoff, "chosen": chosen, "limit": limit or -1})])
+                f"SELECT id FROM tether_executions e WHERE {old} ORDER BY updated_at LIMIT :limit",
+                {"cutoff": cutoff, "chosen": chosen, "limit": limit or -1})])
             for table in ("tether_journal", "tether_pending", "tether_idempotency"):
                 db.execute(f"DELETE FROM {table} WHERE execution_id IN (SELECT value FROM json_each(?))", (ids,))
             return db.execute("DELETE FROM tether_executions WHERE id IN (SELECT value FROM json_each(?))",
@@ -1266,6 +1276,25 @@ def _data_version(db: sqlite3.Connection) -> int:
     return int(db.execute("PRAGMA data_version").fetchone()[0])
 
 
+# What a worker may take now, each kind read through the index that holds only its few rows
+# (the store runs no ANALYZE, so SQLite's planner would rather walk the status index, through
+# every paused execution): due ones by their wake time, and running ones whose lease ran out
+# or was handed back. The same filters of the worker's runners in each.
+_RUNNABLE_BY = ("AND (:roots IS NULL OR root_path IN (SELECT value FROM json_each(:roots))) "
+                "AND (:pairs IS NULL OR version = '' "
+                "     OR root_path || char(31) || version IN (SELECT value FROM json_each(:pairs)))")
+_READY_SQL = (
+    "SELECT id, wake_at AS at FROM tether_executions INDEXED BY tether_executions_due "
+    f"WHERE wake_at <= :now AND status IN ('queued', 'paused', 'decided') AND queue IS NULL {_RUNNABLE_BY} "
+    "UNION ALL "
+    "SELECT id, coalesce(wake_at, lease_expires_at, 0) FROM tether_executions INDEXED BY tether_executions_leased "
+    f"WHERE status = 'running' AND lease_expires_at IS NULL AND queue IS NULL {_RUNNABLE_BY} "
+    "UNION ALL "
+    "SELECT id, coalesce(wake_at, lease_expires_at) FROM tether_executions INDEXED BY tether_executions_leased "
+    f"WHERE status = 'running' AND lease_expires_at <= :now AND queue IS NULL {_RUNNABLE_BY}"
+)
+
+
 def _pending_filter(execution_id: str | None, path_prefix: str | None) -> tuple[list[str], list[Any]]:
     where: list[str] = []
     params: list[Any] = []
@@ -1273,9 +1302,24 @@ def _pending_filter(execution_id: str | None, path_prefix: str | None) -> tuple[
         where.append("execution_id = ?")
         params.append(execution_id)
     if path_prefix:
-        where.append("substr(path, 1, length(?)) = ?")
-        params += [path_prefix, path_prefix]
+        range_sql, range_args = _path_range(path_prefix)
+        where.append(range_sql)
+        params += range_args
     return where, params
+
+
+def _path_range(prefix: str) -> tuple[str, list[Any]]:
+    """Paths that start with ``prefix``, as a range of the path index (see `prefix_range`)."""
+    low, high = prefix_range(prefix)
+    return ("path >= ?", [low]) if high is None else ("path >= ? AND path < ?", [low, high])
+
+
+def _few_under(db: sqlite3.Connection, prefix: str) -> bool:
+    """Fewer than `FEW_UNDER_PREFIX` pending interrupts under ``prefix`` (counting no further)."""
+    range_sql, range_args = _path_range(prefix)
+    found = db.execute(f"SELECT count(*) FROM (SELECT 1 FROM tether_pending INDEXED BY tether_pending_by_path "
+                       f"WHERE {range_sql} LIMIT {FEW_UNDER_PREFIX})", range_args).fetchone()[0]
+    return int(found) < FEW_UNDER_PREFIX
 
 
 def search_sql(s: ExecutionSearch, limit: int, before: Execution | None) -> tuple[str, list[Any]]:

@@ -23,6 +23,8 @@ from tether.stores import (
     StaleLease,
     Store,
 )
+from tether.stores._postgres import store as postgres_store
+from tether.stores._sqlite import store as sqlite_store
 
 from tests.conftest import make_store
 
@@ -588,6 +590,30 @@ async def test_list_pending_filters_by_prefix_and_pages_oldest_first(store: Stor
         seen += page
         page = await store.list_pending(limit=2, after=page[-1])
     assert seen == made
+
+
+@pytest.mark.parametrize("few", [1000, 3], ids=["through the path index", "walking the age index"])
+async def test_a_prefix_lists_the_same_rows_whichever_index_reads_them(
+        store: Store, monkeypatch: pytest.MonkeyPatch, few: int) -> None:
+    # Under FEW_UNDER_PREFIX matches a prefix is read by the path index, from it on in age order.
+    for module in (sqlite_store, postgres_store):
+        monkeypatch.setattr(module, "FEW_UNDER_PREFIX", few)
+    paths = [f"supervisor:planner/worker:{w}/tool:t{i}" for i, w in enumerate("abcab")]
+    paths[2:2] = ["supervisor:planner2/worker:a/tool:t", "agent:x/tool:y"]  # just outside the prefix
+    made = []
+    for path in paths:
+        lease = await started(store)
+        made.append(await store.suspend(lease, [entry("s", path=path)], NewInterrupt(path=path, reason="r")))
+    under = [p for p in made if p.agent_path.startswith("supervisor:planner/")]
+    page, seen = await store.list_pending(path_prefix="supervisor:planner/", limit=2), []
+    while page:
+        seen += page
+        page = await store.list_pending(path_prefix="supervisor:planner/", limit=2, after=page[-1])
+    assert seen == under
+    assert await store.list_pending(path_prefix="supervisor:planner/worker:a/") == [made[0], made[5]]
+    assert await store.list_pending(path_prefix="supervisor:planner/", limit=3) == under[:3]
+    assert await store.count_pending(path_prefix="supervisor:planner/") == 5
+    assert await store.list_pending(path_prefix="supervisor:planner/worker:z/") == []
 
 
 # -- idempotency ---------------------------------------------------------------
