@@ -255,7 +255,8 @@ def search_sql(s: ExecutionSearch, limit: int, before: Execution | None,
     # the creation index (the table's own order) and filter, betting that the newest rows match:
     # a runner's older version matches none of them, and it read 90,000 rows for a page.
     order = "ORDER BY created_at DESC, id DESC"
-    ids_sql = f"SELECT id FROM tether_executions WHERE {' AND '.join(where) or 'true'} {order} LIMIT {arg(limit)}"
+    # The limit inline, as in every listing: a cached statement's generic plan then knows how few rows it needs.
+    ids_sql = f"SELECT id FROM tether_executions WHERE {' AND '.join(where) or 'true'} {order} LIMIT {int(limit)}"
     return f"SELECT {_EXEC_COLS} FROM tether_executions WHERE id IN ({ids_sql}) {order}", args
 
 
@@ -1539,14 +1540,14 @@ class PostgresStore(DriverStore):
                       AND (thread IS NULL OR NOT EXISTS (
                           SELECT 1 FROM tether_executions k WHERE k.thread = e.thread
                           AND (k.status NOT IN {_FINAL_SQL} OR k.updated_at >= $1)))
-                    ORDER BY updated_at LIMIT $3)
+                    ORDER BY updated_at LIMIT {'ALL' if limit is None else int(limit)})
                 RETURNING id
             ),
             j AS (DELETE FROM tether_journal WHERE execution_id IN (SELECT id FROM doomed)),
             p AS (DELETE FROM tether_pending WHERE execution_id IN (SELECT id FROM doomed)),
             i AS (DELETE FROM tether_idempotency WHERE execution_id IN (SELECT id FROM doomed))
             SELECT count(*) AS n FROM doomed""",
-            older_than, chosen, limit, write=True,
+            older_than, chosen, write=True,
         )
         return int(rows[0]["n"])
 

@@ -1279,19 +1279,24 @@ def _data_version(db: sqlite3.Connection) -> int:
 # What a worker may take now, each kind read through the index that holds only its few rows
 # (the store runs no ANALYZE, so SQLite's planner would rather walk the status index, through
 # every paused execution): due ones by their wake time, and running ones whose lease ran out
-# or was handed back. The same filters of the worker's runners in each.
+# or was handed back. The same filters of the worker's runners in each, and each kind's oldest
+# only: the oldest ``limit`` of all are among them (one writer at a time, none of them held).
 _RUNNABLE_BY = ("AND (:roots IS NULL OR root_path IN (SELECT value FROM json_each(:roots))) "
                 "AND (:pairs IS NULL OR version = '' "
                 "     OR root_path || char(31) || version IN (SELECT value FROM json_each(:pairs)))")
 _READY_SQL = (
-    "SELECT id, wake_at AS at FROM tether_executions INDEXED BY tether_executions_due "
+    "SELECT * FROM (SELECT id, wake_at AS at FROM tether_executions INDEXED BY tether_executions_due "
     f"WHERE wake_at <= :now AND status IN ('queued', 'paused', 'decided') AND queue IS NULL {_RUNNABLE_BY} "
+    "ORDER BY wake_at LIMIT :limit) "
     "UNION ALL "
-    "SELECT id, coalesce(wake_at, lease_expires_at, 0) FROM tether_executions INDEXED BY tether_executions_leased "
+    "SELECT * FROM (SELECT id, coalesce(wake_at, 0) AS at FROM tether_executions INDEXED BY tether_executions_leased "
     f"WHERE status = 'running' AND lease_expires_at IS NULL AND queue IS NULL {_RUNNABLE_BY} "
+    "ORDER BY at LIMIT :limit) "
     "UNION ALL "
-    "SELECT id, coalesce(wake_at, lease_expires_at) FROM tether_executions INDEXED BY tether_executions_leased "
-    f"WHERE status = 'running' AND lease_expires_at <= :now AND queue IS NULL {_RUNNABLE_BY}"
+    "SELECT * FROM (SELECT id, coalesce(wake_at, lease_expires_at) AS at FROM tether_executions "
+    "INDEXED BY tether_executions_leased "
+    f"WHERE status = 'running' AND lease_expires_at <= :now AND queue IS NULL {_RUNNABLE_BY} "
+    "ORDER BY lease_expires_at LIMIT :limit)"
 )
 
 
