@@ -351,19 +351,21 @@ class Runner:
         await self.decide(execution_id, value, path=path)
 
     async def drive(self, lease: Lease, *, lease_seconds: float | None = None,
-                    execution: Execution | None = None, runtime: Runtime | None = None) -> RunResult:
+                    execution: Execution | None = None, journal: Sequence[JournalEntry] | None = None,
+                    runtime: Runtime | None = None) -> RunResult:
         """Run an execution a worker leased with `Store.take_work` (what `ExecutionWorker` calls).
 
         ``lease_seconds`` is the worker's: its renewals must match the lease it took.
-        ``execution`` is its row, when the caller read it already. ``runtime`` hosts
+        ``execution`` is its row, and ``journal`` its journal, when the caller read
+        them under the lease (`Store.load_execution`: one statement). ``runtime`` hosts
         the run (a worker's, open for its life); without one, a runtime is opened
         for this run alone, on the runner's store.
         """
         actor = self._prepare()
         if runtime is not None:
-            return self._typed(await runtime.drive(actor, lease, execution=execution))
+            return self._typed(await runtime.drive(actor, lease, execution=execution, journal=journal))
         async with Runtime(self._store(), lease_seconds=lease_seconds or self.lease_seconds) as rt:
-            return self._typed(await rt.drive(actor, lease, execution=execution))
+            return self._typed(await rt.drive(actor, lease, execution=execution, journal=journal))
 
     async def run_leased(self, lease: Lease, *, lease_seconds: float | None = None) -> RunResult:
         """Deprecated name of `drive`."""

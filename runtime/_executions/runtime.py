@@ -654,11 +654,13 @@ class Runtime:
             return float("inf")
         return max(0.0, (lease.deadline - self.hooks.now()).total_seconds())
 
-    async def drive(self, factory: ActorFactory, lease: Lease, *, execution: Execution | None = None) -> RunResult:
+    async def drive(self, factory: ActorFactory, lease: Lease, *, execution: Execution | None = None,
+                    journal: Sequence[JournalEntry] | None = None) -> RunResult:
         """Run an execution that `Store.take_work` leased to this process (what workers do).
 
         A queued execution starts; any other continues from its journal, with the
-        decisions recorded for it. ``execution`` is its row, when the caller read it.
+        decisions recorded for it. ``execution`` is its row, and ``journal`` its
+        journal, when the caller read them under the lease (`Store.load_execution`).
 
         Raises:
             ConfigurationError: ``factory`` did not start it, or its definition changed.
@@ -670,11 +672,11 @@ class Runtime:
             if loaded is None:
                 raise ExecutionNotFound(lease.execution_id)
             execution, journal = loaded
-        else:
+        elif journal is None:
             journal = await store.read_journal(lease.execution_id)
         check_runner(execution, factory, journal)
         return await self._drive(factory, execution.root_path.partition(":")[2], lease,
-                                 Start(input=execution.input), journal=journal, wait_here=False,
+                                 Start(input=execution.input), journal=list(journal), wait_here=False,
                                  span=_segment(_why(journal), execution, journal))
 
     async def enqueue(

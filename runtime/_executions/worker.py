@@ -291,7 +291,9 @@ class ExecutionWorker:
 
     async def _run(self, lease: Lease) -> None:
         try:
-            execution = await self.store.get_execution(lease.execution_id)
+            # Its row and journal in one statement: the run needs both, and the lease is ours.
+            loaded = await self.store.load_execution(lease.execution_id)
+            execution, journal = loaded if loaded is not None else (None, None)
             runner = runner_for(self.runners, execution) if execution is not None else None
             if runner is None:  # take_work only hands out our roots; deleted meanwhile
                 await self.store.release_lease(lease)
@@ -299,7 +301,7 @@ class ExecutionWorker:
             runner.store = self.store
             if execution is not None and execution.queue is not None and lease.epoch == 1:  # a start, just admitted
                 telemetry.admitted(execution.queue, (datetime.now(UTC) - execution.created_at).total_seconds())
-            result = await runner.drive(lease, execution=execution, runtime=self._runtime)
+            result = await runner.drive(lease, execution=execution, journal=journal, runtime=self._runtime)
             self.completed += 1
             log.info("worker %s ran %s: %s", self.name, lease.execution_id, result.status,
                      extra={"execution_id": lease.execution_id, "agent_path": runner.root_path,
