@@ -51,6 +51,7 @@ from tether.stores import Execution, ExecutionSearch, Store, open_store
 
 from bench import _console_data
 from bench._console_data import Data
+from bench._options import add_store_options, chosen_stores
 
 DATABASE = "tether_bench_console"
 WARMUP = 3
@@ -297,15 +298,10 @@ def report(kind: str, backend: str, results: list[Measured]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--executions", type=int, default=100_000)
-    parser.add_argument("--stores", default="sqlite,postgres", help="comma-separated: sqlite, postgres")
     parser.add_argument("--rounds", type=int, default=30, help="timed requests per case (after 3 warm-up)")
-    parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
-    parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres",
-                        help=f"admin DSN; the database {DATABASE} is created there and dropped at the end")
+    add_store_options(parser, DATABASE)
     args = parser.parse_args()
-    kinds = [k.strip() for k in args.stores.split(",") if k.strip()]
-    if not kinds or set(kinds) - {"sqlite", "postgres"}:
-        parser.error(f"--stores {args.stores!r}: give sqlite, postgres or both")
+    kinds = chosen_stores(parser, args.stores)
     if args.executions < PAGE * (DEEP + 1) or args.rounds < 2:
         parser.error(f"give --executions >= {PAGE * (DEEP + 1)} (the deep page needs them) and --rounds >= 2")
 

@@ -52,6 +52,7 @@ from asyncpg.prepared_stmt import PreparedStatement
 from tether.stores import ExecutionSearch, Lease, NewEntry, PendingInterrupt, Store, open_store
 
 from bench import _scale_data
+from bench._options import add_store_options, chosen_stores
 from bench._scale_data import Load, Sample, Shape
 from bench._spread import formatted, spread
 
@@ -448,15 +449,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--executions", type=int, default=1_000_000)
     parser.add_argument("--pending", type=int, default=50_000)
-    parser.add_argument("--stores", default="sqlite,postgres", help="comma-separated: sqlite, postgres")
     parser.add_argument("--rounds", type=int, default=15, help="timed rounds (after one warm-up)")
-    parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
-    parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres",
-                        help=f"admin DSN; the database {DATABASE} is created there and dropped at the end")
+    add_store_options(parser, DATABASE)
     args = parser.parse_args()
-    kinds = [k.strip() for k in args.stores.split(",") if k.strip()]
-    if not kinds or set(kinds) - {"sqlite", "postgres"}:
-        parser.error(f"--stores {args.stores!r}: give sqlite, postgres or both")
+    kinds = chosen_stores(parser, args.stores)
     if args.rounds < 2 or args.pending < 2 * (args.rounds + 1) or args.executions < 10_000 * (args.rounds + 1):
         # Each round resumes one paused run and prunes 100 of the oldest 1%.
         parser.error("give --rounds >= 2, --pending of at least twice the rounds, and --executions of at least "
