@@ -106,6 +106,7 @@ class DriverStore(Store):
             if not loop.reachable():
                 # Opened under another event loop (say, an earlier anyio.run()).
                 await self._abandon()
+                await loop.aclose()
                 return
             try:
                 await loop.run(lambda op: self._close())

@@ -289,8 +289,8 @@ def test_bad_settings_are_refused() -> None:
 
 
 def test_a_store_that_cannot_open_leaves_nothing_running(backend: str) -> None:
-    def ours() -> list[str]:  # the portal's loop thread, and the store's driver loop under trio
-        return [t.name for t in threading.enumerate() if "-portal-" in t.name or t.name == "tether-store-loop"]
+    def ours() -> list[str]:  # the portal's loop thread
+        return [t.name for t in threading.enumerate() if "-portal-" in t.name]
 
     assert ours() == []
     rt = blocking("postgresql://postgres@127.0.0.1:1/nowhere", backend=backend)

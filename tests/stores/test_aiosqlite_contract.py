@@ -148,7 +148,7 @@ async def test_tx_runs_in_order_with_the_connections_own_work(conn: aiosqlite.Co
 
 
 async def test_reply_wakes_the_waiting_task_on_either_backend(tmp_path: Path) -> None:
-    """The store's path: aiosqlite on its driver loop (a thread of its own under trio), the caller anywhere."""
+    """The store's path: aiosqlite opened on its driver loop, the caller on either backend."""
     loop = open_driver_loop()
     conn = await loop.run(lambda op: _aiosqlite.connect(str(tmp_path / "contract.db"), check_same_thread=False))
     try:

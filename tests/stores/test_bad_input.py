@@ -218,14 +218,6 @@ async def test_a_closed_store_says_so(store: Store) -> None:
         await store.list_pending()
 
 
-def test_a_store_used_from_another_event_loop(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "a.db")
-    anyio.run(store.setup, backend="asyncio")
-    with pytest.raises(UsageError, match="another event loop"):
-        anyio.run(store.list_pending, backend="asyncio")
-    anyio.run(store.aclose, backend="asyncio")
-
-
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_a_script_that_never_closes_its_store_exits(
