@@ -389,7 +389,7 @@ def test_a_recorded_decision_is_visible_then_carried_out(tether: Tether, url: st
     _, out, _ = tether("resume", "d-2", "--decision", '{"approved": false}')
     assert f"(by cli:{getpass.getuser()})" in out
     _, out, _ = tether("executions")
-    assert "decided by alice, 0s ago" in out or "decided by alice, 1s ago" in out
+    assert re.search(r"decided by alice, \d+s ago", out)  # seconds, however slow the machine
     assert f"decided by cli:{getpass.getuser()}" in out
     rows = {r["execution_id"]: r for r in json.loads(tether("executions", "--json")[1])}
     assert rows["d-1"]["status"] == "decided" and rows["d-1"]["decision"]["by"] == "alice"
