@@ -172,8 +172,11 @@ class ExecutionWorker:
                 else:
                     tg.start_soon(self._retain_every, self.retention)
             while not self._stopping:
+                # Idle is judged from before the take: a run that ends while the take is
+                # in flight frees room the take could not see, so that take proves nothing.
+                idle = not self._running
                 taken = await self._take(tg)
-                if until_idle and not taken and not self._running:
+                if until_idle and idle and not taken:
                     break
                 with anyio.move_on_after(self.poll_interval):
                     await self._wake.wait()

@@ -10,7 +10,7 @@ import anyio.lowlevel
 import pytest
 from tether.actors import Agent, Chain, ScriptedLLM
 from tether.runtime import ExecutionWorker, Queue, Rate
-from tether.stores import ConfigurationError, Store
+from tether.stores import ConfigurationError, Lease, MemoryStore, Store
 
 
 def unique(prefix: str = "q") -> str:
@@ -54,6 +54,49 @@ async def test_a_worker_runs_a_queue_within_its_concurrency(store: Store) -> Non
     for n in range(6):
         execution = await store.get_execution(f"j{n}")
         assert execution is not None and execution.status == "completed" and execution.queue == queue.name
+
+
+class SlowToSayFull(MemoryStore):
+    """A store whose "the queue is full" comes back only after the runs that filled it have ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = anyio.Event()
+        self.ended = anyio.Event()
+
+    async def take_queued(self, queue: str, **kwargs: Any) -> list[Lease]:
+        taken = await super().take_queued(queue, **kwargs)
+        if not taken and not self.ended.is_set():
+            self.refused.set()
+            await self.ended.wait()
+        return taken
+
+
+async def test_until_idle_does_not_stop_on_a_refusal_that_the_ending_runs_made_stale() -> None:
+    store = SlowToSayFull()
+    ran: list[str] = []
+    results: list[object] = []
+
+    async def node(state: dict[str, Any]) -> dict[str, Any]:
+        ran.append(state["n"])
+        if state["n"] != "j2":
+            await store.refused.wait()  # the worker has asked for more and been told "full"
+        return {}
+
+    def on_result(result: object) -> None:
+        results.append(result)
+        if len(results) == 2:
+            store.ended.set()  # both ended (nothing awaits between here and the worker's bookkeeping)
+
+    chain = Chain("job", [node], store=store)
+    queue = Queue(unique(), concurrency=2)
+    for n in range(3):
+        await chain.start({"n": f"j{n}"}, execution_id=f"j{n}", queue=queue)
+    with anyio.fail_after(30):
+        async with ExecutionWorker(store, [chain], concurrency=10, queues=[queue], notify=False,
+                                   poll_interval=0.01, on_result=on_result) as worker:
+            await worker.serve(until_idle=True)
+    assert sorted(ran) == ["j0", "j1", "j2"]
 
 
 async def test_a_start_records_its_key_and_priority(store: Store) -> None:
