@@ -120,7 +120,8 @@ def _fresh(store: Store) -> Store:
                            busy_timeout=store.busy_timeout)
     if type(store) is PostgresStore:
         return PostgresStore(store.dsn, schema=store.schema, create=store.create, min_size=store.min_size,
-                             max_size=store.max_size, connect_timeout=store.connect_timeout)
+                             max_size=store.max_size, connect_timeout=store.connect_timeout,
+                             command_timeout=store.command_timeout)
     return store
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from ._errors import ConfigurationError
@@ -20,7 +20,9 @@ def open_store(url: str, *, create: bool = True) -> Store:
     - ``sqlite:///relative/app.db`` or ``sqlite:////absolute/app.db``, with an optional
       ``?synchronous=NORMAL``;
     - ``postgresql://user@host:5432/db`` (or ``postgres://``), with an optional
-      ``?schema=name`` for tether's tables (the other parameters go to the driver);
+      ``?schema=name`` for tether's tables and ``?command_timeout=seconds`` (or
+      ``none``) for `PostgresStore`'s bound on one operation (the other
+      parameters go to the driver);
     - ``memory://``.
 
     With ``create=False`` (the operator's read commands) the store creates
@@ -34,13 +36,17 @@ def open_store(url: str, *, create: bool = True) -> Store:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme in ("postgresql", "postgres"):
-        # tether's own option; every other query parameter is the driver's.
+        # tether's own options; every other query parameter is the driver's.
         query = parse_qs(parts.query, keep_blank_values=True)
         schema = query.pop("schema", [None])[-1]
-        if schema is None:
-            return PostgresStore(url, create=create)
+        timeout = query.pop("command_timeout", [None])[-1]
+        settings: dict[str, Any] = {"schema": schema, "create": create}
+        if timeout is not None:
+            settings["command_timeout"] = _seconds(timeout)
+        if schema is None and timeout is None:
+            return PostgresStore(url, **settings)
         rest = urlencode(query, doseq=True)
-        return PostgresStore(urlunsplit(parts._replace(query=rest)), schema=schema, create=create)
+        return PostgresStore(urlunsplit(parts._replace(query=rest)), **settings)
     if scheme == "memory":
         return MemoryStore()
     if scheme == "sqlite":
@@ -61,3 +67,15 @@ def open_store(url: str, *, create: bool = True) -> Store:
     raise ConfigurationError(
         f"Cannot open a store from {url!r}: use sqlite:///path.db, postgresql://... or memory://."
     )
+
+
+def _seconds(text: str) -> float | None:
+    if text.lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigurationError(
+            f"command_timeout={text!r} in the store's URL is not a number of seconds; write e.g. ?command_timeout=10, "
+            f"or ?command_timeout=none for no bound."
+        ) from None

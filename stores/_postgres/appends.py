@@ -12,8 +12,11 @@ would use anyway.
 
 Each append in a batch is fenced by its own lease, as alone: a stale one
 writes nothing and is told so, the others commit. If the batch's statement
-fails as a whole (a deadlock with another process's batch, say), each of its
-appends is written again alone, so only a failing one fails. Every caller is
+is refused as a whole by the server (a deadlock with another process's batch,
+say), nothing of it committed and each of its appends is written again alone,
+so only a failing one fails. If the connection fails instead (reset, timed
+out), the batch may have committed with its answer lost: then every append of
+it fails with the connection's error, and none is written again. Every caller is
 answered after the COMMIT that holds its entries: nothing is acknowledged
 before it is durable.
 
@@ -165,8 +168,14 @@ class Appends:
             return {item: await self._alone(item)}
         try:
             records = await self._fetch(BATCH, *_batch_args(batch))
-        except Exception:  # noqa: BLE001 - whatever failed the statement, each append alone commits or fails alone
-            # (a deadlock with another process's batch, a payload the server refuses).
+        except Exception as exc:
+            if not _refused(exc):
+                # The connection failed (reset, timed out): the batch may have committed with
+                # its answer lost, and written again it would be written twice. Every append
+                # of it is told; a recovery reads from the journal what it holds.
+                raise
+            # The server refused the statement (a deadlock with another process's batch, a
+            # payload it rejects), so none of it committed: each append alone commits or fails alone.
             out: dict[_Append, Written | BaseException] = {}
             for item in batch:
                 try:
@@ -183,6 +192,17 @@ class Appends:
     async def _alone(self, item: _Append) -> Written:
         columns = [list(column) for column in zip(*item.rows, strict=True)]
         return await self._fetch(ALONE, item.execution_id, item.epoch, item.owner, len(item.rows), *columns)
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether the server answered the statement with an error (so its transaction rolled back)."""
+    import asyncpg
+
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    # Class 08 (connection exception) and 57 (operator intervention: the backend was shut
+    # down or terminated) do not say whether a commit happened first.
+    return (isinstance(cause, asyncpg.PostgresError) and not isinstance(cause, asyncpg.PostgresConnectionError)
+            and not str(getattr(cause, "sqlstate", "") or "").startswith(("08", "57")))
 
 
 def _batch_args(batch: list[_Append]) -> list[list[Any]]:

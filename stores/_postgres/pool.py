@@ -37,11 +37,19 @@ _CLOSE_SECONDS = 30.0  # how long aclose waits for connects and settling stateme
 
 
 class ConnectionPool:
-    """Up to ``max_size`` connections, opened on demand, handed out one at a time."""
+    """Up to ``max_size`` connections, opened on demand, handed out one at a time.
 
-    def __init__(self, connect: Callable[[], Awaitable[Connection]], max_size: int) -> None:
+    ``command_timeout`` bounds what one checkout may spend on the server; past
+    it the checkout raises `TimeoutError` and its connection is terminated, not
+    settled: a server that stopped answering would not answer the settling
+    statement or asyncpg's cancel request either.
+    """
+
+    def __init__(self, connect: Callable[[], Awaitable[Connection]], max_size: int,
+                 command_timeout: float | None = None) -> None:
         self._connect = connect
         self._max_size = max_size
+        self.command_timeout = command_timeout
         self._idle: list[Connection] = []
         self._waiters: deque[asyncio.Future[Connection | None]] = deque()
         self._size = 0
@@ -75,11 +83,20 @@ class ConnectionPool:
             raise
 
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[Connection]:
-        """Check a connection out for one statement."""
+    async def connection(self, *, bounded: bool = True) -> AsyncIterator[Connection]:
+        """Check a connection out for one statement (or one transaction).
+
+        ``bounded=False`` lifts ``command_timeout``, for work whose length grows
+        with the data (a migration).
+        """
         conn = await self._acquire()
         try:
-            yield conn
+            async with asyncio.timeout(self.command_timeout if bounded else None):
+                yield conn
+        except TimeoutError:
+            conn.terminate()  # no goodbye: its server may be unreachable
+            self._pass_on(None)
+            raise
         except asyncio.CancelledError:
             self._settle(conn)
             raise
@@ -167,7 +184,7 @@ class ConnectionPool:
         self._closed = True
         idle, self._idle = self._idle, []
         for conn in idle:
-            await conn.close()
+            await conn.close(timeout=self.command_timeout)  # past it asyncpg terminates the connection
         for waiter in self._waiters:
             if not waiter.done():
                 waiter.cancel()

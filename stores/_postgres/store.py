@@ -333,6 +333,12 @@ class PostgresStore(DriverStore):
         min_size: Connections the pool keeps open.
         max_size: Most connections the pool opens.
         connect_timeout: Seconds to wait for the server before `StoreUnavailable`.
+        command_timeout: Seconds one operation may wait on the server (its
+            statements, its transaction) before `StoreUnavailable`; the
+            connection is then dropped. ``None`` waits without bound. Keep it
+            under the workers' lease (30 s by default), so that a worker cut off
+            from the server hears of it before its lease runs out. Migrations,
+            whose length grows with the data, are not bounded by it.
         schema: A schema to keep tether's tables in (created if missing); by
             default the server's search path decides.
         create: ``False`` opens only an existing tether store of this version and
@@ -351,6 +357,7 @@ class PostgresStore(DriverStore):
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout: float = 10.0,
+        command_timeout: float | None = 10.0,
         schema: str | None = None,
         create: bool = True,
     ) -> None:
@@ -367,6 +374,11 @@ class PostgresStore(DriverStore):
         self.min_size = min_size
         self.max_size = max_size
         self.connect_timeout = connect_timeout
+        if command_timeout is not None and not command_timeout > 0:
+            raise ConfigurationError(
+                f"command_timeout={command_timeout!r}: give a positive number of seconds, or None for no bound."
+            )
+        self.command_timeout = command_timeout
         self._pool: ConnectionPool | None = None
         # LISTEN connects whose caller was cancelled, still under way: closing waits for them.
         self._listen_connects: set[asyncio.Task[Any]] = set()
@@ -415,7 +427,15 @@ class PostgresStore(DriverStore):
             if self._damage is None:
                 self._damage = damage
             raise damage from exc
-        except (OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
+        except TimeoutError as exc:
+            log.warning("Postgres at %s did not answer in time", redact(self.dsn), extra={"store": redact(self.dsn)})
+            raise StoreUnavailable(
+                f"Postgres at {redact(self.dsn)} did not answer within its timeout (connect_timeout="
+                f"{self.connect_timeout:g} s, command_timeout={self.command_timeout} s); the connection was "
+                f"dropped. Check the server and the network to it. The operation may or may not have taken "
+                f"effect: a recovery reads which from the journal."
+            ) from exc
+        except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
                 asyncpg.InternalClientError, asyncpg.CannotConnectNowError) as exc:
             log.warning("Postgres at %s is unavailable: %s: %s", redact(self.dsn), type(exc).__name__, exc,
                         extra={"store": redact(self.dsn)})
@@ -436,11 +456,11 @@ class PostgresStore(DriverStore):
         async def connect() -> Any:
             return await asyncpg.connect(self.dsn, timeout=self.connect_timeout, server_settings=settings)
 
-        pool = ConnectionPool(connect, self.max_size)
+        pool = ConnectionPool(connect, self.max_size, self.command_timeout)
         with self._map_errors():
             try:
                 await pool.fill(self.min_size)
-                async with pool.connection() as conn, conn.transaction():
+                async with pool.connection(bounded=False) as conn, conn.transaction():
                     # Taken by readers too: they wait for a migration in progress, and see its end.
                     await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
                     # Look before creating anything: a schema that is not a tether store is left as it was.

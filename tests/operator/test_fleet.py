@@ -261,8 +261,8 @@ def test_timers_and_deadlines_across_a_full_restart(fleet: Fleet) -> None:
 
 
 @pytest.fixture
-def private_postgres(tmp_path: Path) -> Iterator[tuple[str, Callable[[], None]]]:
-    """A Postgres server of this test's own (pgserver), and a function that restarts it."""
+def private_postgres(tmp_path: Path) -> Iterator[tuple[str, Callable[[float], None]]]:
+    """A Postgres server of this test's own (pgserver), and a function that restarts it after a time down."""
     import warnings
 
     with warnings.catch_warnings():
@@ -271,8 +271,9 @@ def private_postgres(tmp_path: Path) -> Iterator[tuple[str, Callable[[], None]]]
     data = tmp_path / "pgdata"
     servers = [pgserver.get_server(data, cleanup_mode="stop")]
 
-    def restart() -> None:
+    def restart(down_for: float) -> None:
         servers[-1].cleanup()
+        time.sleep(down_for)  # the outage's length is the fault itself
         servers.append(pgserver.get_server(data, cleanup_mode="stop"))
 
     try:
@@ -282,7 +283,8 @@ def private_postgres(tmp_path: Path) -> Iterator[tuple[str, Callable[[], None]]]
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_postgres_restarted_under_the_workers(private_postgres: tuple[str, Callable[[], None]], backend: str,
+def test_postgres_stopped_past_the_lease_under_the_workers(private_postgres: tuple[str, Callable[[float], None]],
+                                                           backend: str,
                                               tmp_path: Path) -> None:
     url, restart = private_postgres
     fleet = Fleet(url, tmp_path / "effects.db", backend)
@@ -296,7 +298,7 @@ def test_postgres_restarted_under_the_workers(private_postgres: tuple[str, Calla
         fleet.store(enqueue)
         workers = [fleet.start_worker(concurrency=2) for _ in range(2)]
         fleet.wait(lambda rows: sum(e.status == "completed" for e in rows) >= 3, "a few runs done before the restart")
-        restart()  # under running executions
+        restart(3.0)  # under running executions, down for three of the workers' 1 s leases
         fleet.wait(lambda rows: all(e.status == "completed" for e in rows), "every run completed after it")
         assert fleet.effects_by_execution() == dict.fromkeys(ids, 1)
         assert [fleet.stop(proc) for proc in workers] == [0, 0]

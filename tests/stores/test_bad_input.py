@@ -202,7 +202,11 @@ def test_store_urls() -> None:
     scoped = open_store("postgresql://u@h/db?sslmode=disable&schema=tenant_a")
     assert scoped.schema == "tenant_a"  # type: ignore[attr-defined]
     assert scoped.dsn == "postgresql://u@h/db?sslmode=disable"  # type: ignore[attr-defined]
-    for bad in ("mysql://x/y", "sqlite://", "sqlite:///a.db?synchronous=OFF", "sqlite:///a.db?x=1", "app.db"):
+    bounded = open_store("postgresql://u@h/db?command_timeout=2.5&sslmode=disable")
+    assert (bounded.command_timeout, bounded.dsn) == (2.5, "postgresql://u@h/db?sslmode=disable")  # type: ignore[attr-defined]
+    assert open_store("postgresql://u@h/db?command_timeout=none").command_timeout is None  # type: ignore[attr-defined]
+    for bad in ("mysql://x/y", "sqlite://", "sqlite:///a.db?synchronous=OFF", "sqlite:///a.db?x=1", "app.db",
+                "postgresql://u@h/db?command_timeout=soon", "postgresql://u@h/db?command_timeout=0"):
         with pytest.raises(ConfigurationError):
             open_store(bad)
     with pytest.raises(ConfigurationError):

@@ -187,7 +187,7 @@ class FakeConnection:
     def terminate(self) -> None:
         self.closed = True
 
-    async def close(self) -> None:
+    async def close(self, timeout: float | None = None) -> None:
         self.closed = True
 
     async def execute(self, sql: str, timeout: float | None = None) -> str:

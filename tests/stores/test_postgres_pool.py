@@ -99,7 +99,7 @@ class FakeConnection:
     def terminate(self) -> None:
         self.closed = True
 
-    async def close(self) -> None:
+    async def close(self, timeout: float | None = None) -> None:
         self.closed = True
 
 
