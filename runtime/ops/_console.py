@@ -39,8 +39,8 @@ from tether.stores import (
 )
 
 from . import _pages
-from ._access import authenticate, digest
-from ._serving import nobody_continues
+from ._access import digest
+from ._serving import nobody_continues, too_many
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -257,7 +257,12 @@ def console_routes(serving: Serving) -> list[Route]:
         form = await sessions.form(request, base(request) + "/login")
         if isinstance(form, Response):
             return form
-        principal = await authenticate(operator.store, _one(form, "token"), serving.token)
+        wait = serving.retry_after(request)
+        if wait:
+            csrf = sessions.csrf(sessions.sid(request))
+            return HTMLResponse(_pages.login(csrf, base=base(request), error=too_many(wait)), 429,
+                                headers={"retry-after": str(wait)})
+        principal = await serving.signed_in(request, _one(form, "token"))
         if principal is None:
             csrf = sessions.csrf(sessions.sid(request))
             return HTMLResponse(_pages.login(csrf, base=base(request), error="Wrong or revoked token."), 401)

@@ -44,6 +44,7 @@ on a page is escaped.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -78,7 +79,7 @@ from tether.stores import (
 from . import _pages, _sse
 from ._console import PAGE_SIZE, console_routes, search_of
 from ._operator import Operator
-from ._serving import Serving, nobody_continues
+from ._serving import Serving, nobody_continues, too_many
 from ._session import Sessions, problem
 
 if TYPE_CHECKING:
@@ -161,6 +162,11 @@ def create_app(
         """An API route that needs ``scope``: 401 without a valid token, 403 outside its scopes."""
         def wrap(handler: Callable[[Request, Principal], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
             async def guarded(request: Request) -> Response:
+                wait = serving.retry_after(request)
+                if wait:
+                    slowed = problem(429, too_many(wait))
+                    slowed.headers["retry-after"] = str(wait)
+                    return slowed
                 principal = await serving.caller(request)
                 if principal is None:
                     return problem(401, "Send Authorization: Bearer <token>: the server's TETHER_TOKEN, or one "
@@ -471,14 +477,25 @@ def create_app(
     return app
 
 
+def _policy() -> bytes:
+    """The pages' Content-Security-Policy: this server's own script file, its one style block, nothing inline else.
+
+    An escaping mistake on a page then cannot run script: no inline script or
+    handler runs, no other origin is loaded from, fetched from or posted to.
+    """
+    style = base64.b64encode(hashlib.sha256(_pages.STYLE.encode()).digest()).decode()
+    return (f"default-src 'none'; script-src 'self'; style-src 'sha256-{style}'; connect-src 'self'; "
+            f"img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'").encode()
+
+
 class _Framing:
-    """Headers on every answer: no page of this server inside another's frame, no type sniffing.
+    """Headers on every answer: a strict content policy, no framing by other pages, no type sniffing.
 
     SameSite cookies do not tell ports apart, so a page on another port of the host
     could frame the console, logged in, and have its buttons clicked (clickjacking).
     """
 
-    HEADERS = ((b"x-frame-options", b"DENY"), (b"content-security-policy", b"frame-ancestors 'none'"),
+    HEADERS = ((b"x-frame-options", b"DENY"), (b"content-security-policy", _policy()),
                (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"same-origin"))
 
     def __init__(self, app: ASGIApp) -> None:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 STATUSES = ("queued", "running", "paused", "decided", "completed", "failed", "cancelled", "timed_out")
 
-_STYLE = """
+STYLE = """
 *{box-sizing:border-box}
 body{font:15px/1.45 system-ui,sans-serif;margin:0;color:#1b1b1b;background:#fff}
 header{display:flex;flex-wrap:wrap;gap:1rem;align-items:center;padding:.5rem 1rem;border-bottom:1px solid #ccc}
@@ -88,7 +88,7 @@ def page(title: str, body: str, chrome: Chrome | None = None, *, current: str = 
     header = "" if chrome is None else _header(chrome, current)
     notices = "" if chrome is None else _notices(chrome)
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{escape(title)}</title>"
-            f"<meta name=viewport content='width=device-width,initial-scale=1'><style>{_STYLE}</style></head>"
+            f"<meta name=viewport content='width=device-width,initial-scale=1'><style>{STYLE}</style></head>"
             f"<body><a class=skip href=#main>Skip to the content</a>{header}"
             f"<main id=main tabindex=-1>{notices}{body}</main></body></html>")
 

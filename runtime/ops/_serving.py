@@ -12,6 +12,7 @@ import anyio
 
 from ._access import ANYONE, SERVER, Principal, authenticate, principal_of
 from ._session import Sessions, problem
+from ._throttle import Throttle
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -35,6 +36,8 @@ class Serving:
     tasks: list[anyio.abc.TaskGroup] = field(default_factory=list)
     settled: OrderedDict[str, anyio.Event] = field(default_factory=OrderedDict)
     """Each run this server continues, until it has paused or ended; the latest kept, for ``?wait=``."""
+    attempts: Throttle = field(default_factory=Throttle)
+    """Wrong tokens per client address, bearer and login alike."""
 
     # -- who is asking ----------------------------------------------------------------
 
@@ -50,7 +53,22 @@ class Serving:
             return ANYONE if self.token is None else None
         if scheme.lower() != "bearer" or not secret:
             return None
-        return await authenticate(self.operator.store, secret.strip(), self.token)
+        return await self.signed_in(request, secret.strip())
+
+    async def signed_in(self, request: Request, secret: str) -> Principal | None:
+        """The principal of a presented secret; a wrong one counts against its address (`retry_after`)."""
+        address = client_address(request)
+        principal = await authenticate(self.operator.store, secret, self.token)
+        if principal is None:
+            self.attempts.failed(address)
+            log.warning("a wrong or revoked token from %s", address)  # never the token itself
+        else:
+            self.attempts.succeeded(address)
+        return principal
+
+    def retry_after(self, request: Request) -> int:
+        """Seconds the address must wait, having presented too many wrong tokens of late; 0 if none."""
+        return self.attempts.wait(client_address(request))
 
     async def visitor(self, request: Request) -> Principal | None:
         """Who a browser is logged in as (checked against the store at every request), or None."""
@@ -115,3 +133,12 @@ class Serving:
 def nobody_continues(execution_id: str) -> str:
     return (f"no process here continues it: run it with a worker (`tether worker --app module:attr`) "
             f"or `tether resume {shlex.quote(execution_id)} --app module:attr`")
+
+
+def too_many(wait: int) -> str:
+    return f"Too many wrong tokens from this address; try again in {wait} s. Nothing was done."
+
+
+def client_address(request: Request) -> str:
+    """The peer's address as the server sees it (behind a proxy, the proxy's unless it forwards it)."""
+    return request.client.host if request.client is not None else "unknown"

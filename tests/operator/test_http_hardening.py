@@ -348,3 +348,89 @@ async def test_without_the_runner_the_answer_and_the_page_say_nothing_continues_
 @pytest.fixture(autouse=True)
 def _no_store_left_on_the_runner() -> None:
     refund.store = None
+
+
+# -- wrong tokens, the content policy, the logs --------------------------------------------
+
+
+async def test_wrong_tokens_are_slowed_per_address_and_never_logged(db_store: Store,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    from tether.runtime.ops._throttle import FAILURES
+
+    guesses = [f"tether_guess{n:04d}" for n in range(FAILURES)]
+    async with app_for(db_store, token="s3cret-admin") as app, browser(app) as client:
+        for guess in guesses:
+            assert (await client.get("/api/pending", headers={"authorization": f"Bearer {guess}"})).status_code == 401
+        # Now even the right token waits: the address is slowed, not the token checked.
+        slowed = await client.get("/api/pending", headers={"authorization": "Bearer s3cret-admin"})
+        assert slowed.status_code == 429
+        assert 1 <= int(slowed.headers["retry-after"]) <= 60
+        assert "try again in" in slowed.json()["detail"]
+        login_page = await client.get("/login")
+        form = _Page(login_page.text).forms[0]
+        refused = await client.post("/login", data={"csrf": form["csrf"], "token": "s3cret-admin"})
+        assert refused.status_code == 429 and "try again in" in refused.text
+        assert LOGIN_COOKIE not in client.cookies
+        # Another address is not slowed by this one's guesses.
+        elsewhere = httpx.ASGITransport(app=app, client=("10.0.0.9", 4000))
+        async with httpx.AsyncClient(transport=elsewhere, base_url="http://testserver") as other:
+            ok = await other.get("/api/pending", headers={"authorization": "Bearer s3cret-admin"})
+            assert ok.status_code == 200
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "wrong or revoked token" in logged
+    assert not any(guess in logged for guess in guesses) and "s3cret-admin" not in logged
+
+
+def test_the_throttle_forgets_failures_once_they_are_a_window_old() -> None:
+    from tether.runtime.ops._throttle import Throttle
+
+    now = [0.0]
+    throttle = Throttle(failures=3, window=60.0, clock=lambda: now[0])
+    for _ in range(3):
+        throttle.failed("a")
+    assert throttle.wait("a") == 60 and throttle.wait("b") == 0
+    now[0] = 59.5
+    assert throttle.wait("a") == 1
+    now[0] = 60.0
+    assert throttle.wait("a") == 0  # all three fell out of the window
+    throttle.failed("a")
+    throttle.failed("a")
+    assert throttle.wait("a") == 0  # two in the window now, under three
+    throttle.failed("a")
+    assert throttle.wait("a") == 60
+    throttle.succeeded("a")
+    assert throttle.wait("a") == 0
+
+
+async def test_every_answer_carries_a_content_policy_that_runs_no_inline_script(db_store: Store) -> None:
+    await paused(db_store, "csp-1")
+    async with app_for(db_store) as app, browser(app) as client:
+        for path in ("/executions", "/executions/csp-1", "/approvals", "/login", "/api/pending", "/healthz"):
+            answer = await client.get(path)
+            policy = dict(part.strip().split(" ", 1) for part in answer.headers["content-security-policy"].split(";"))
+            assert policy["default-src"] == "'none'" and policy["script-src"] == "'self'", path
+            assert "unsafe-inline" not in answer.headers["content-security-policy"]
+            assert policy["frame-ancestors"] == "'none'" and policy["form-action"] == "'self'"
+            assert answer.headers["x-frame-options"] == "DENY"
+            assert answer.headers["referrer-policy"] == "same-origin"
+            assert answer.headers["x-content-type-options"] == "nosniff"
+        page = (await client.get("/executions/csp-1")).text
+        assert "<script>" not in page and " onclick=" not in page and " style=" not in page
+
+
+@pytest.mark.parametrize("secure", [False, True], ids=["http", "tls"])
+async def test_cookies_are_httponly_strict_and_secure_over_tls(db_store: Store, secure: bool) -> None:
+    scheme = "https" if secure else "http"  # a client sends a Secure cookie back only over TLS
+    async with app_for(db_store, token="s3cret-admin", secure_cookies=secure) as app, httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url=f"{scheme}://testserver") as client:
+        login_page = await client.get("/login")
+        form = _Page(login_page.text).forms[0]
+        logged_in = await client.post("/login", data={"csrf": form["csrf"], "token": "s3cret-admin"})
+        assert logged_in.status_code == 303
+        cookies = [value for name, value in login_page.headers.multi_items() + logged_in.headers.multi_items()
+                   if name == "set-cookie"]
+        assert {cookie.split("=", 1)[0] for cookie in cookies} >= {SID_COOKIE, LOGIN_COOKIE}
+        for cookie in cookies:
+            flags = {flag.strip().lower() for flag in cookie.split(";")[1:]}
+            assert "httponly" in flags and "samesite=strict" in flags
+            assert ("secure" in flags) is secure
