@@ -40,6 +40,7 @@ from tether.stores import (
 
 from . import _pages
 from ._access import digest
+from ._routing import EXECUTION_ID
 from ._serving import nobody_continues, too_many
 
 if TYPE_CHECKING:
@@ -286,9 +287,9 @@ def console_routes(serving: Serving) -> list[Route]:
 
     return [
         Route("/executions", executions_page),
-        Route("/executions/{execution_id:path}/cancel", cancel, methods=["POST"]),
-        Route("/executions/{execution_id:path}/retry", retry, methods=["POST"]),
-        Route("/executions/{execution_id:path}/fork", fork, methods=["POST"]),
+        Route(f"/executions/{EXECUTION_ID}/cancel", cancel, methods=["POST"]),
+        Route(f"/executions/{EXECUTION_ID}/retry", retry, methods=["POST"]),
+        Route(f"/executions/{EXECUTION_ID}/fork", fork, methods=["POST"]),
         Route("/approvals", approvals_page),
         Route("/approvals/decide", approvals_decide, methods=["POST"]),
         Route("/approvals/bulk", approvals_bulk, methods=["POST"]),
@@ -297,7 +298,7 @@ def console_routes(serving: Serving) -> list[Route]:
         Route("/logout", logout, methods=["POST"]),
         Route("/assets/live.js", live_js),
         # Last: an id may end in anything, "/cancel" too, and is then shown (GET) rather than acted on.
-        Route("/executions/{execution_id:path}", execution_page),
+        Route(f"/executions/{EXECUTION_ID}", execution_page),
     ]
 
 
@@ -362,8 +363,8 @@ def search_of(params: Any) -> tuple[ExecutionSearch, Execution | None]:
             "until": moment("until"), "id_prefix": text("id")})
     except ValidationError as exc:
         raise ConfigurationError(f"Not a filter this page takes: {exc.errors()[0]['msg']}.") from None
-    before = text("before")
-    return search, None if before is None else _cursor(before)
+    before = str(params.get("before", ""))  # not stripped: an id may end in whitespace
+    return search, _cursor(before) if before else None
 
 
 def _cursor(before: str) -> Execution:

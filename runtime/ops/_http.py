@@ -13,6 +13,7 @@
     POST /api/executions/{id}/messages    body: the message (JSON object); ?path= the receiving actor
     GET  /api/executions/{id}/events      its events as server-sent events, from Last-Event-ID
                                           (or ?after=); ?until=paused ends at a pause
+    GET  /api/openapi.json                this API as an OpenAPI 3.1 document (no token needed)
     GET  /executions, /executions/{id}, /approvals    the console (see `_console`)
 
 An execution id may hold any character: percent-encode it whole in a URL
@@ -76,9 +77,10 @@ from tether.stores import (
     StoreNotFound,
 )
 
-from . import _pages, _sse
+from . import _openapi, _pages, _sse
 from ._console import PAGE_SIZE, console_routes, search_of
 from ._operator import Operator
+from ._routing import EXECUTION_ID
 from ._serving import Serving, nobody_continues, too_many
 from ._session import Sessions, problem
 
@@ -174,6 +176,11 @@ def create_app(
                 refused = serving.refuse(principal, scope)
                 if refused is not None:
                     return refused
+                nul = next((name for name, value in [*request.path_params.items(), *request.query_params.items()]
+                            if "\x00" in str(value)), None)
+                if nul is not None:
+                    return problem(400, f"{nul} holds a NUL character, which no id, path or filter holds; "
+                                        f"nothing was done.")
                 origin = request.headers.get("origin")
                 if request.method == "POST" and origin is not None and \
                         urlsplit(origin).netloc.lower() != request.headers.get("host", "").lower():
@@ -440,6 +447,11 @@ def create_app(
     async def health(request: Request) -> Response:
         return PlainTextResponse("ok")
 
+    api_document = _openapi.document()
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(api_document)
+
     async def home(request: Request) -> Response:
         return RedirectResponse(_base(request) + "/executions", status_code=303)
 
@@ -458,17 +470,18 @@ def create_app(
                     exception_handlers={StoreNotFound: no_store}, routes=[
         Route("/", home),
         Route("/healthz", health),
+        Route("/api/openapi.json", openapi),
         Route("/api/pending", list_pending),
         Route("/api/executions", list_executions),
-        Route("/api/executions/{execution_id:path}/resume", resume, methods=["POST"]),
-        Route("/api/executions/{execution_id:path}/fork", fork_execution, methods=["POST"]),
-        Route("/api/executions/{execution_id:path}/cancel", cancel_execution, methods=["POST"]),
-        Route("/api/executions/{execution_id:path}/retry", retry_execution, methods=["POST"]),
-        Route("/api/executions/{execution_id:path}/messages", post_message, methods=["POST"]),
-        Route("/api/executions/{execution_id:path}/events", api_events),
-        Route("/api/executions/{execution_id:path}/state", get_state),
-        Route("/api/executions/{execution_id:path}", get_execution),
-        Route("/executions/{execution_id:path}/events", page_events),
+        Route(f"/api/executions/{EXECUTION_ID}/resume", resume, methods=["POST"]),
+        Route(f"/api/executions/{EXECUTION_ID}/fork", fork_execution, methods=["POST"]),
+        Route(f"/api/executions/{EXECUTION_ID}/cancel", cancel_execution, methods=["POST"]),
+        Route(f"/api/executions/{EXECUTION_ID}/retry", retry_execution, methods=["POST"]),
+        Route(f"/api/executions/{EXECUTION_ID}/messages", post_message, methods=["POST"]),
+        Route(f"/api/executions/{EXECUTION_ID}/events", api_events),
+        Route(f"/api/executions/{EXECUTION_ID}/state", get_state),
+        Route(f"/api/executions/{EXECUTION_ID}", get_execution),
+        Route(f"/executions/{EXECUTION_ID}/events", page_events),
         *pages,
     ])
     # For an embedding application (and tests): the event of each execution this server

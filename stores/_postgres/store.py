@@ -29,6 +29,7 @@ from .._errors import (
     LeaseHeld,
     NotFailed,
     SchemaVersionError,
+    SerializationError,
     StaleLease,
     StoreCorrupted,
     StoreError,
@@ -442,6 +443,12 @@ class PostgresStore(DriverStore):
             raise StoreUnavailable(
                 f"Postgres at {redact(self.dsn)} is unavailable ({type(exc).__name__}: {exc}). "
                 f"Check that the server is running and the DSN is right."
+            ) from exc
+        except (asyncpg.CharacterNotInRepertoireError, asyncpg.UntranslatableCharacterError) as exc:
+            # Text no row can hold (a NUL, a lone surrogate) given as a key or a filter: bad input, not an outage.
+            raise SerializationError(
+                f"Postgres cannot take text holding a NUL character or a lone surrogate ({exc}); no tether row "
+                f"holds such text, so nothing can match it. Nothing was read or written."
             ) from exc
         except asyncpg.PostgresError as exc:
             raise StoreUnavailable(

@@ -27,7 +27,8 @@ from ._flows import refund
 from .test_http import PATH, paused, serving, settled
 
 # One of each character a URL treats specially, and ids that look like routes or encodings.
-ODD_IDS = ["a/b", "why?x=1&y=2", "tag#1", "50%off", "a%2Fb", "x/resume", "/lead/and/trail/", "sp ace+plus"]
+ODD_IDS = ["a/b", "why?x=1&y=2", "tag#1", "50%off", "a%2Fb", "x/resume", "/lead/and/trail/", "sp ace+plus",
+           "new\nline", "ends in space "]
 
 
 def api(execution_id: str, suffix: str = "") -> str:
