@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._errors import SchemaVersionError, StoreCorrupted
+from .._errors import SchemaVersionError, StoreCorrupted, StoreUnavailable
 from .._migrations import SQLITE_MIGRATIONS
 from .._protocol import SCHEMA_VERSION
 from .errors import not_found
@@ -82,6 +83,40 @@ def configure(db: sqlite3.Connection, store: SQLiteStore, policy: WritePolicy) -
     except BaseException:
         db.execute("ROLLBACK")
         raise
+
+
+class OpenedFile:
+    """The database file a store opened, and whether its path still names that file.
+
+    A process keeps writing to a SQLite file it holds open after the file's directory is
+    deleted, renamed or unmounted: every commit lands in a file that no later process
+    will find, and a run would go on as if its steps were saved. So each write
+    transaction calls `check` before it commits (one ``stat``, about a microsecond).
+    Once the same file is back at its path (the directory renamed back, the volume
+    mounted again), writes go through again.
+    """
+
+    __slots__ = ("_identity", "path")
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)  # as SQLite resolved it: a later chdir changes nothing
+        self._identity = self._now()
+
+    def _now(self) -> tuple[int, int] | None:
+        try:
+            found = os.stat(self.path)
+        except OSError:
+            return None
+        return found.st_dev, found.st_ino
+
+    def check(self) -> None:
+        """Raise `StoreUnavailable` unless the path still names the file the store opened."""
+        if self._now() != self._identity:
+            raise StoreUnavailable(
+                f"SQLite store {self.path!r}: the database file this store opened is no longer at "
+                f"that path (its directory was deleted, renamed or unmounted, or the file was "
+                f"replaced); nothing was written. Put the file back where it was, then retry."
+            )
 
 
 def open_inline(store: SQLiteStore) -> sqlite3.Connection:

@@ -74,7 +74,7 @@ from .._watch import committed
 from . import _aiosqlite
 from .check import find_problems
 from .errors import DAMAGE_HINT, map_errors, missing_store, refused
-from .opening import configure, existing_only, open_inline
+from .opening import OpenedFile, configure, existing_only, open_inline
 from .rows import (
     EXEC_COLS,
     FINAL_SQL,
@@ -206,8 +206,13 @@ class SQLiteStore(DriverStore):
             )
         self._conn = conn
         policy = WritePolicy(self.synchronous)
+
+        def ready(db: sqlite3.Connection) -> OpenedFile:
+            configure(db, self, policy)
+            return OpenedFile(self.path)  # the file exists by now, created or not
+
         try:
-            await self._call(lambda db: configure(db, self, policy))
+            file = await self._call(ready)
             here = None
             if policy.inline:
                 here = await self._call(lambda _: open_inline(self))
@@ -215,7 +220,7 @@ class SQLiteStore(DriverStore):
             await conn.close()
             self._conn = None
             raise
-        self._group = GroupCommit(conn, now_us, policy, here=here)
+        self._group = GroupCommit(conn, now_us, policy, file, here=here)
 
     async def _close(self) -> None:
         self._drop_group()

@@ -19,6 +19,8 @@ from ._aiosqlite import Reply, call, connection_of, post
 if TYPE_CHECKING:
     import aiosqlite
 
+    from .opening import OpenedFile
+
 T = TypeVar("T")
 Synchronous = Literal["FULL", "NORMAL"]
 Write = Callable[[sqlite3.Connection, int], T]
@@ -114,12 +116,15 @@ class GroupCommit:
     never acknowledged before it is durable.
 
     ``here`` is the inline connection of rule 3 (opened by the store when the
-    policy says ``inline``); ``now`` gives each transaction its time.
+    policy says ``inline``); ``now`` gives each transaction its time. Every
+    transaction checks that ``file`` is still where the store opened it before it
+    commits, and rolls back if not.
     """
 
-    def __init__(self, conn: aiosqlite.Connection, now: Callable[[], int], policy: WritePolicy, *,
-                 here: sqlite3.Connection | None = None) -> None:
+    def __init__(self, conn: aiosqlite.Connection, now: Callable[[], int], policy: WritePolicy,
+                 file: OpenedFile, *, here: sqlite3.Connection | None = None) -> None:
         self._conn = conn
+        self._file = file
         self._now = now
         self.policy = policy
         self._here = here
@@ -194,6 +199,7 @@ class GroupCommit:
                 # busy_timeout 0) and commits as it completes; if it fails, nothing was written.
                 # (As after any COMMIT, an exception raised asynchronously in between, such as
                 # KeyboardInterrupt, may find it committed: there is no ROLLBACK to run here.)
+                self._file.check()
                 try:
                     return fn(db, self._now())
                 except sqlite3.OperationalError as exc:
@@ -208,6 +214,7 @@ class GroupCommit:
                 raise
             try:
                 result = fn(db, self._now())
+                self._file.check()
                 db.execute("COMMIT")
             except BaseException:
                 _roll_back(db)
@@ -304,6 +311,7 @@ class GroupCommit:
                     outcomes.append((False, exc))
                 if guarded:
                     db.execute("RELEASE tether_write")
+            self._file.check()
             db.execute("COMMIT")
         except BaseException as exc:  # whatever it was, every caller must hear it
             _roll_back(db)

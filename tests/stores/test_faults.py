@@ -168,3 +168,107 @@ async def test_a_read_only_database_refuses_the_resume_and_consumes_nothing(tiny
     assert result.status == "completed"
     assert result.output == {"first": True, "approved": True}
     assert RUNS["first"] == 1
+
+
+# A directory that goes away under an open store: SQLite keeps writing to the files it
+# holds open, so without a check every later step would land where no process finds it.
+
+async def test_a_directory_moved_away_refuses_writes_until_it_is_back(tmp_path: Path) -> None:
+    inside, go = anyio.Event(), anyio.Event()
+
+    def first(state: dict[str, Any]) -> dict[str, Any]:
+        RUNS["first"] += 1
+        return {"first": True}
+
+    async def middle(state: dict[str, Any]) -> dict[str, Any]:
+        RUNS["middle"] += 1
+        if RUNS["middle"] == 1:
+            inside.set()
+            await go.wait()
+        return {"middle": True}
+
+    def gate(state: dict[str, Any]) -> dict[str, Any]:
+        return {"approved": interrupt("approval", {}).approved}
+
+    data, away = tmp_path / "data", tmp_path / "away"
+    data.mkdir()
+    async with SQLiteStore(data / "app.db") as store:
+        chain = Chain("moved", [first, middle, gate], store=store, lease_seconds=1.0)
+        async with anyio.create_task_group() as tg:
+            async def run() -> None:
+                with pytest.raises(StoreUnavailable, match=r"no longer at that path .* nothing was written"):
+                    await chain.run({}, execution_id="m-1")
+
+            tg.start_soon(run)
+            await inside.wait()
+            data.rename(away)  # the fault, mid-run: the next boundary must not be acknowledged
+            go.set()
+        with pytest.raises(StoreUnavailable, match=r"no longer at that path"):
+            await chain.run({}, execution_id="m-2")
+
+        away.rename(data)  # the fault clears: the same store writes again
+        paused = await recover(chain, "m-1")
+        assert paused.status == "paused"
+        assert [p.agent_path for p in await store.list_pending()] == ["chain:moved/node:gate"]
+        assert (await store.get_execution("m-2")) is None  # refused, so never created
+        data.rename(away)
+        with pytest.raises(StoreUnavailable, match=r"no longer at that path"):
+            await chain.resume("m-1", Resume(approved=True))
+        away.rename(data)
+        assert [p.agent_path for p in await store.list_pending()] == ["chain:moved/node:gate"]
+        result = await chain.resume("m-1", Resume(approved=True))
+    assert result.status == "completed"
+    assert result.output == {"first": True, "middle": True, "approved": True}
+    assert RUNS["first"] == 1  # journaled before the fault: not run again
+    assert RUNS["middle"] == 2  # its boundary was refused, so it ran again on recovery
+
+
+async def test_a_deleted_directory_or_a_replaced_file_is_never_written_through(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    async with SQLiteStore(data / "app.db") as store:
+        chain = Chain("deleted", [lambda state: {"done": True}], store=store)
+        assert (await chain.run({}, execution_id="d-1")).status == "completed"
+        for path in data.iterdir():
+            path.unlink()
+        data.rmdir()
+        with pytest.raises(StoreUnavailable, match=r"no longer at that path"):
+            await chain.run({}, execution_id="d-2")
+        # Another process makes a new store at the same path: still not the file this one holds.
+        data.mkdir()
+        async with SQLiteStore(data / "app.db") as other:
+            assert await other.get_execution("d-1") is None
+        with pytest.raises(StoreUnavailable, match=r"no longer at that path"):
+            await chain.run({}, execution_id="d-2")
+    async with SQLiteStore(data / "app.db") as store:  # a store opened on what is there now works
+        chain.store = store
+        assert (await chain.run({}, execution_id="d-2")).status == "completed"
+
+
+async def test_an_unmounted_directory_refuses_writes_until_it_is_mounted_again(tmp_path: Path) -> None:
+    source, mount = tmp_path / "volume", tmp_path / "mnt"
+    source.mkdir()
+    mount.mkdir()
+
+    def run_mount(*args: str) -> None:
+        done = subprocess.run(["mount", *args], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            pytest.fail(f"cannot bind-mount here ({done.stderr.strip()}); this test needs root")
+
+    def gate(state: dict[str, Any]) -> dict[str, Any]:
+        return {"approved": interrupt("approval", {}).approved}
+
+    run_mount("--bind", str(source), str(mount))
+    try:
+        async with SQLiteStore(mount / "app.db") as store:
+            chain = Chain("unmounted", [gate], store=store)
+            assert (await chain.run({}, execution_id="u-1")).status == "paused"
+            subprocess.run(["umount", "-l", str(mount)], check=True)  # -l: the store holds its files open
+            with pytest.raises(StoreUnavailable, match=r"no longer at that path"):
+                await chain.resume("u-1", Resume(approved=True))
+            run_mount("--bind", str(source), str(mount))  # the volume is back, with the very same file
+            result = await chain.resume("u-1", Resume(approved=True))
+        assert result.status == "completed"
+        assert result.output == {"approved": True}
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
