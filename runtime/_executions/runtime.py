@@ -348,11 +348,19 @@ class Runtime:
             return await service.result_of(execution)
         check_runner(execution, factory, journal)
         name = execution.root_path.partition(":")[2]
+        heir = service.hooks.heirs.get(execution_id)
         owner = service.drive_owner(execution_id)
         lease = None
         if value is not None:
-            decided, lease = await service.decide_leased(execution_id, value, path=path, by=by, force=force,
-                                                         owner=owner, journal=journal, lease=True)
+            try:
+                decided, lease = await service.decide_leased(execution_id, value, path=path, by=by, force=force,
+                                                             owner=owner, journal=journal, lease=True)
+            except BaseException:
+                # Refused (invalid, already taken, nothing pending): this drive never took the dead
+                # run's lease, so the next one inherits it, as it would after a real crash.
+                if heir is not None:
+                    service.hooks.heirs.setdefault(execution_id, heir)
+                raise
             journal.append(decided)
         try:
             if lease is None:
