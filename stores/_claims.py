@@ -43,6 +43,7 @@ def failed_claim(
     pending: Sequence[str] = (),
     last_resumed: str | None = None,
     held: tuple[str, datetime] | None = None,
+    cancelling: bool = False,
 ) -> StoreError:
     """The error for a claim at ``path`` that consumed nothing, from what the store holds now.
 
@@ -55,6 +56,8 @@ def failed_claim(
             when given); None if there is none.
         held: ``(owner, expires_at)`` of a live lease another process holds, if a store
             refuses a claim for it without saying why (Postgres's one statement).
+        cancelling: A cancel is recorded and not yet carried out: the execution will not
+            continue, so it is answered as cancelled (claims refuse it).
 
     Returns:
         `ExecutionNotFound`; `LeaseHeld` when what is pending waits for the lease's
@@ -64,6 +67,8 @@ def failed_claim(
     """
     if status is None:
         return ExecutionNotFound(execution_id)
+    if cancelling and status not in FINAL_STATUSES:
+        status = "cancelled"
     if held is not None and path is not None and path in pending:
         return LeaseHeld(execution_id, *held)
     # A decision already journaled answers a second click, even once the run has finished;

@@ -543,7 +543,7 @@ class MemoryStore(Store):
         run = self._get(execution_id)
         target = path if path is not None else sole_pending(execution_id, sorted(run.pending))
         row = run.pending.get(target) if target is not None else None
-        if row is None or (seq is not None and row[2] != seq):
+        if row is None or (seq is not None and row[2] != seq) or run.execution.cancel is not None:
             raise self._explain_failed_claim(run, execution_id, target)
         ex = run.execution
         if (ex.lease_owner is not None and ex.lease_owner != owner and ex.lease_expires_at is not None
@@ -600,7 +600,8 @@ class MemoryStore(Store):
     def _explain_failed_claim(run: _Run, execution_id: str, path: str | None) -> StoreError:
         resumed = [r[1] for r in run.journal if r[3] == "resumed" and (path is None or r[1] == path)]
         return failed_claim(execution_id, path, status=run.execution.status, pending=sorted(run.pending),
-                            last_resumed=resumed[-1] if resumed else None)
+                            last_resumed=resumed[-1] if resumed else None,
+                            cancelling=run.execution.cancel is not None)
 
     @staticmethod
     def _pending_row(execution_id: str, path: str, row: _Pending) -> PendingInterrupt:

@@ -214,8 +214,8 @@ class Executions:
 
         Racing a resume, a recovery or a worker, there is one outcome and both
         callers are told it: a decision claimed before the cancel is carried out
-        by nobody (the run ends ``cancelled``); one claimed after it is refused
-        (`ExecutionFinished`). The journal's verdict says who cancelled and why.
+        by nobody (the run ends ``cancelled``); one that comes once the cancel is
+        recorded, carried out yet or not, is refused (`ExecutionFinished`) and consumes nothing. The journal's verdict says who cancelled and why.
 
         Args:
             execution_id: Which execution.

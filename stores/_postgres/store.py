@@ -111,7 +111,8 @@ _INSERT_ENTRIES = """
 _CLAIM = """WITH free AS (
         -- FOR UPDATE: a take_work or lease in flight finishes first, and the check
         -- then sees the lease it took.
-        SELECT 1 FROM tether_executions WHERE id = $1 AND NOT (
+        -- A recorded cancel claims nothing: the run will not continue.
+        SELECT 1 FROM tether_executions WHERE id = $1 AND cancel IS NULL AND NOT (
             lease_owner IS NOT NULL AND lease_expires_at > now()
             AND lease_owner IS DISTINCT FROM $5::text)
         FOR UPDATE
@@ -1413,7 +1414,7 @@ class PostgresStore(DriverStore):
         its lease from before and its cleared pending rows from after.
         """
         rows = await self._fetch(
-            """SELECT e.status, e.lease_expires_at,
+            """SELECT e.status, e.lease_expires_at, e.cancel IS NOT NULL AS cancelling,
                 CASE WHEN e.lease_owner IS NOT NULL AND e.lease_expires_at > now()
                      AND e.lease_owner IS DISTINCT FROM $2::text THEN e.lease_owner END AS held_by,
                 ARRAY(SELECT p.path FROM tether_pending p WHERE p.execution_id = $1 ORDER BY p.path) AS pending,
@@ -1428,6 +1429,7 @@ class PostgresStore(DriverStore):
         return failed_claim(
             execution_id, path, status=row["status"], pending=list(row["pending"]), last_resumed=row["resumed"],
             held=(row["held_by"], row["lease_expires_at"]) if row["held_by"] is not None else None,
+            cancelling=row["cancelling"],
         )
 
     async def deliver_message(self, execution_id: str, path: str, message: JsonValue, *, by: str) -> JournalEntry:

@@ -970,10 +970,12 @@ class SQLiteStore(DriverStore):
             target = path if path is not None else sole_pending(execution_id, _pending_paths(db, execution_id))
             row = None
             if target is not None:
+                # Nothing is claimed once a cancel is recorded: the run will not continue.
                 row = db.execute(
                     "DELETE FROM tether_pending WHERE execution_id = ? AND path = ? "
-                    "AND (? IS NULL OR seq = ?) RETURNING reason, seq",
-                    (execution_id, target, seq, seq),
+                    "AND (? IS NULL OR seq = ?) AND NOT EXISTS (SELECT 1 FROM tether_executions "
+                    "WHERE id = ? AND cancel IS NOT NULL) RETURNING reason, seq",
+                    (execution_id, target, seq, seq, execution_id),
                 ).fetchone()
             if row is None or target is None:
                 raise _failed_claim(db, execution_id, target)
@@ -1383,7 +1385,9 @@ def _pending_paths(db: sqlite3.Connection, execution_id: str) -> list[str]:
 
 def _failed_claim(db: sqlite3.Connection, execution_id: str, path: str | None) -> StoreError:
     """Why a claim found nothing, from what the claim's own transaction sees (see `failed_claim`)."""
-    found = db.execute("SELECT status FROM tether_executions WHERE id = ?", (execution_id,)).fetchone()
+    found = db.execute(
+        "SELECT status, cancel IS NOT NULL FROM tether_executions WHERE id = ?", (execution_id,)
+    ).fetchone()
     if found is None:
         return failed_claim(execution_id, path, status=None)
     resumed = db.execute(
@@ -1392,7 +1396,7 @@ def _failed_claim(db: sqlite3.Connection, execution_id: str, path: str | None) -
         (execution_id, path, path),
     ).fetchone()
     return failed_claim(execution_id, path, status=found[0], pending=_pending_paths(db, execution_id),
-                        last_resumed=None if resumed is None else resumed[0])
+                        last_resumed=None if resumed is None else resumed[0], cancelling=bool(found[1]))
 
 
 def _execution(db: sqlite3.Connection, execution_id: str) -> Execution | None:

@@ -7,7 +7,15 @@ from datetime import UTC, datetime, timedelta
 
 import anyio
 import pytest
-from tether.stores import ExecutionNotFound, NewEntry, NewExecution, NotFailed, Store
+from tether.stores import (
+    ExecutionFinished,
+    ExecutionNotFound,
+    NewEntry,
+    NewExecution,
+    NewInterrupt,
+    NotFailed,
+    Store,
+)
 
 OWNER = "proc-a"
 
@@ -32,6 +40,24 @@ async def test_a_cancel_request_is_carried_by_every_lease_until_the_verdict(stor
     done = await store.get_execution("c")
     assert done is not None and (done.status, done.cancel) == ("cancelled", None)
     assert (await store.request_cancel("c", by="x", reason="")) == done  # finished: left as it is
+
+
+async def test_a_recorded_cancel_refuses_every_claim_and_consumes_nothing(store: Store) -> None:
+    # Its holder looks alive, so the cancel waits for it; meanwhile a decision would be
+    # journaled for a run that will not continue.
+    started = await store.start_execution(new("w"), owner=OWNER, lease_seconds=60)
+    assert started.lease is not None
+    await store.suspend(started.lease, [NewEntry(path="chain:refund/node:a", label="suspended", kind="suspended")],
+                        NewInterrupt(path="chain:refund/node:a", reason="approval"))
+    await store.request_cancel("w", by="ops:alice", reason="withdrawn")
+    with pytest.raises(ExecutionFinished, match="is cancelled"):
+        await store.claim("w", {"approved": True}, owner=OWNER)
+    with pytest.raises(ExecutionFinished, match="is cancelled"):
+        await store.claim_and_lease("w", {"approved": True}, path="chain:refund/node:a", owner=OWNER,
+                                    lease_seconds=60)
+    [pending] = await store.list_pending(execution_id="w")
+    assert pending.agent_path == "chain:refund/node:a"
+    assert [e.kind for e in await store.read_journal("w")][-1] == "suspended"
 
 
 async def test_a_cancel_of_an_idle_execution_wakes_workers_who_carry_it(store: Store) -> None:
