@@ -45,6 +45,7 @@ from tether.stores import (
     LeaseHeld,
     SchemaVersionError,
     StoreNotFound,
+    StoreUnavailable,
     TetherError,
     open_store,
 )
@@ -871,19 +872,44 @@ def worker(settings: Settings, app: str, concurrency: int, lease_seconds: float,
     runners = load_app(app)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
+    log = logging.getLogger("tether.runtime.worker")
+
     async def main() -> None:
-        async with open_store(settings.store) as store, ExecutionWorker(
-            store, runners, concurrency=concurrency, lease_seconds=lease_seconds, poll_interval=poll_interval,
-            notify=not no_notify, retention=retention,
-        ) as running:
-            logging.getLogger("tether.runtime.worker").info(
-                "worker %s on %s for %s", running.name, settings.store, ", ".join(r.root_path for r in runners))
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_stop_on_signal, running)
-                await running.serve(grace=grace)
-                tg.cancel_scope.cancel()
+        # A worker started while its store is down (a deploy during a database restart) waits
+        # for it, as a running worker rides the outage out; only a store that cannot be used
+        # once reached (a newer schema, a damaged file) ends it.
+        for wait in _backoff():
+            started = False
+            try:
+                async with open_store(settings.store) as store, ExecutionWorker(
+                    store, runners, concurrency=concurrency, lease_seconds=lease_seconds,
+                    poll_interval=poll_interval, notify=not no_notify, retention=retention,
+                ) as running:
+                    started = True
+                    log.info("worker %s on %s for %s", running.name, settings.store,
+                             ", ".join(r.root_path for r in runners))
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(_stop_on_signal, running)
+                        await running.serve(grace=grace)
+                        tg.cancel_scope.cancel()
+                return
+            except StoreUnavailable as exc:
+                if started:
+                    raise
+                log.warning("cannot start: %s; trying again in %.1f s", exc, wait)
+                if await _signalled_within(wait):
+                    log.info("stopping: nothing was started")
+                    return
 
     anyio.run(main, backend=settings.backend)
+
+
+def _backoff(first: float = 0.5, most: float = 10.0) -> Iterator[float]:
+    """Seconds to wait before each next try: doubling from ``first`` up to ``most``, without end."""
+    wait = first
+    while True:
+        yield wait
+        wait = min(wait * 2, most)
 
 
 def _retention(retain: tuple[str, ...]) -> Retention | None:
@@ -899,6 +925,14 @@ def _retention(retain: tuple[str, ...]) -> Retention | None:
         ages[status] = parse_duration(age)
     return Retention(completed=ages.get("completed"), failed=ages.get("failed"),
                      cancelled=ages.get("cancelled"), timed_out=ages.get("timed_out"))
+
+
+async def _signalled_within(seconds: float) -> bool:
+    """Wait ``seconds``; true, at once, if SIGTERM or SIGINT comes first."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, anyio.move_on_after(seconds):
+        async for _ in signals:
+            return True
+    return False
 
 
 async def _stop_on_signal(running: Any) -> None:

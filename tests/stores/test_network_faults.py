@@ -8,21 +8,28 @@ works again once the network does.
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from anyio.streams.text import TextReceiveStream
 from tether.actors import Chain
 from tether.runtime import AlreadyResumed, ExecutionWorker, LeaseHeld, Resume, RunResult, interrupt
 from tether.stores import Lease, NewEntry, PostgresStore, StoreError, StoreUnavailable
 
 from tests._faultproxy import FaultProxy
 from tests._postgres import holding_lock
+from tests.operator import _fleet_app as fleet_app
 from tests.stores.test_postgres_group_commit import leases, stuck_first_append, wait_queued
 
 TIMEOUTS = {"connect_timeout": 1.0, "command_timeout": 0.5}
+ROOT = Path(__file__).resolve().parents[2]
 BOUND = 10  # seconds a fault-bound wait may take here at the most (the timeouts, and a loaded machine)
 
 
@@ -237,3 +244,39 @@ async def test_a_worker_cut_off_past_its_lease_is_fenced_while_another_finishes(
         assert calls == {"first": 1, "slow": 2}
         # A, fenced, reports the execution as it stands, not what its own run made.
         assert [(r.status, r.output) for r in told_a] in ([], [("completed", {"first": True, "slow": "other"})])
+
+
+async def test_a_worker_started_while_the_database_refuses_waits_for_it(
+        proxy: FaultProxy, postgres_dsn: str, pg_schema: str, tmp_path: Path, anyio_backend: str) -> None:
+    effects = tmp_path / "effects.db"
+    fleet_app.prepare(str(effects))
+    proxy.refuse()  # a deploy during a database restart: the worker starts first
+    url = f"{proxy.dsn}{'&' if '?' in proxy.dsn else '?'}schema={pg_schema}"
+    worker = await anyio.open_process(
+        [sys.executable, "-m", "tether.runtime.ops", "--store", url, "--backend", anyio_backend, "worker", "--app", "tests.operator._fleet_app:runners", "--poll-interval", "0.2", "--grace", "5"],
+        env={**os.environ, "TETHER_FLEET_EFFECTS": str(effects)}, cwd=ROOT,
+    )
+    try:
+        assert worker.stderr is not None
+        log = TextReceiveStream(worker.stderr)
+        told = ""
+        with anyio.fail_after(BOUND):
+            while "cannot start" not in told:
+                told += await log.receive()
+        assert "trying again in" in told and worker.returncode is None
+        proxy.heal()
+        async with PostgresStore(postgres_dsn, schema=pg_schema) as store:
+            fleet_app.batch.store = store
+            await fleet_app.batch.start({"order": "w-1"}, execution_id="w-1", detach=True)
+            async with store.watch("w-1") as watch:
+                with anyio.fail_after(BOUND * 3):
+                    while (found := await store.get_execution("w-1")) is None or not found.finished:
+                        await watch.wait()
+            assert found.status == "completed"
+        worker.send_signal(signal.SIGTERM)
+        with anyio.fail_after(BOUND * 3):
+            assert await worker.wait() == 0
+    finally:
+        if worker.returncode is None:
+            worker.kill()
+            await worker.wait()
