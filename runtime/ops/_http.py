@@ -73,6 +73,7 @@ from tether.stores import (
     LeaseHeld,
     NoPendingInterrupt,
     NotFailed,
+    SerializationError,
     StaleLease,
     StoreNotFound,
 )
@@ -346,6 +347,8 @@ def create_app(
                                            wait=min(wait, WAIT_CAP))
         except ValidationError as exc:
             return problem(422, f"Not a valid reason; nothing was cancelled: {exc}")
+        except SerializationError as exc:  # a NUL character, say, which Postgres cannot keep
+            return problem(400, f"The store cannot keep this reason; nothing was cancelled: {exc}")
         if result.status in ("completed", "failed", "timed_out"):
             return problem(409, f"Execution {execution_id!r} had already {result.status.replace('_', ' ')}; a "
                                 f"finished execution stays as it ended.")

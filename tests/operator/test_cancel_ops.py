@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING
 
 from tether.runtime.ops._cli import main
+from tether.stores import PostgresStore
 
 from .test_http import paused, serving
 
@@ -81,3 +82,20 @@ def test_tether_cancel_no_wait_records_the_request(url: str, capsys: pytest.Capt
     printed = json.loads(capsys.readouterr().out)
     assert (code, printed["status"]) == (0, "cancelled")  # paused: cancelled at once, waiting or not
     assert printed["error"] == "Cancelled by ops:carol"
+
+
+async def test_a_reason_the_store_cannot_keep_is_refused_and_cancels_nothing(db_store: Store) -> None:
+    # Postgres keeps no NUL character in its JSON columns; SQLite does (found by the API fuzz).
+    await paused(db_store, "c-4")
+    journal = await db_store.read_journal("c-4")
+    async with serving(db_store) as client:
+        answer = await client.post("/api/executions/c-4/cancel", json={"reason": "a\u0000b"})
+    if isinstance(db_store, PostgresStore):
+        assert answer.status_code == 400, answer.text
+        assert "nothing was cancelled" in answer.json()["detail"]
+        execution = await db_store.get_execution("c-4")
+        assert (execution.status, execution.cancel) == ("paused", None)
+        assert await db_store.read_journal("c-4") == journal
+    else:
+        assert (answer.status_code, answer.json()["status"]) == (200, "cancelled")
+        assert (await db_store.read_journal("c-4"))[-1].payload["reason"] == "a\u0000b"
