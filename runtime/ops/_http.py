@@ -76,6 +76,7 @@ from tether.stores import (
     SerializationError,
     StaleLease,
     StoreNotFound,
+    StoreUnavailable,
 )
 
 from . import _openapi, _pages, _sse
@@ -102,6 +103,8 @@ WAIT_CAP = 60.0
 """The longest a ``?wait=`` long poll waits, in seconds."""
 CANCEL_WAIT = 10.0
 """Seconds a cancel request waits, by default, for a running execution to stop before it answers 202."""
+STORE_RETRY_AFTER = 5
+"""The ``Retry-After`` (seconds) of a 503 while there is no store, or it cannot be reached."""
 
 
 def create_app(
@@ -461,16 +464,20 @@ def create_app(
     # An id is the whole rest of the path (it may hold "/"): the resume route takes the last
     # "/resume" off, so an id that itself ends in "/resume" still works.
     async def no_store(request: Request, exc: Exception) -> Response:
-        # Served before the application made its store (the page never makes one): say so.
+        # Served before the application made its store (the page never makes one), or while
+        # the store cannot be reached (a database restarting): say so, and when to ask again.
+        retry = {"Retry-After": str(STORE_RETRY_AFTER)}
         if request.url.path.startswith(_base(request) + "/api/"):
-            return problem(503, str(exc))
-        return HTMLResponse(_pages.message("No store", str(exc)), 503)
+            answer = problem(503, str(exc))
+            answer.headers.update(retry)
+            return answer
+        return HTMLResponse(_pages.message("No store", str(exc)), 503, headers=retry)
 
     middleware = [Middleware(_Framing), Middleware(_BodyLimit, max_bytes=max_body_bytes)]
     if allowed_hosts is not None:
         middleware.insert(0, Middleware(_HostCheck, allowed=tuple(allowed_hosts)))
     app = Starlette(lifespan=lifespan, middleware=middleware,
-                    exception_handlers={StoreNotFound: no_store}, routes=[
+                    exception_handlers={StoreNotFound: no_store, StoreUnavailable: no_store}, routes=[
         Route("/", home),
         Route("/healthz", health),
         Route("/api/openapi.json", openapi),

@@ -55,7 +55,8 @@ _EVERY = {
     "403": _problem("The token lacks the scope (or the path) this call needs, or the call came from another "
                     "site's page; nothing was done."),
     "429": _problem("Too many wrong tokens from this address of late; Retry-After says when to try again."),
-    "503": _problem("The store does not exist (yet)."),
+    "503": _problem("The store does not exist (yet), or cannot be reached now; nothing was done. "
+                    "Retry-After says when to ask again."),
 }
 _POSTED = {"413": {"description": "The body is over the server's limit (1 MiB by default); nothing was read."}}
 

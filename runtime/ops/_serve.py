@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 import anyio
-from tether.stores import ConfigurationError, StoreNotFound, open_store
+from tether.stores import ConfigurationError, StoreNotFound, StoreUnavailable, open_store
 
 from ._http import create_app
 
@@ -42,6 +42,8 @@ def serve_forever(store_url: str, runners: list[Runner], *, host: str, port: int
             await store.setup()
         except StoreNotFound as missing:
             log.warning("%s The pages and the API answer 503 until it exists.", missing)
+        except StoreUnavailable as down:  # a database restarting as this server starts
+            log.warning("%s The pages and the API answer 503 until it answers.", down)
         else:
             live = [row.name for row in await store.list_tokens() if row.revoked_at is None]
             if token is None and live:

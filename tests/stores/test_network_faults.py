@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from anyio.streams.text import TextReceiveStream
 from tether.actors import Chain
@@ -280,3 +282,39 @@ async def test_a_worker_started_while_the_database_refuses_waits_for_it(
         if worker.returncode is None:
             worker.kill()
             await worker.wait()
+
+
+async def test_tether_serve_answers_503_while_the_database_refuses_and_then_serves(
+        proxy: FaultProxy, postgres_dsn: str, pg_schema: str, anyio_backend: str) -> None:
+    async with PostgresStore(postgres_dsn, schema=pg_schema) as store:
+        await store.setup()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proxy.refuse()  # the server starts during a database restart
+    url = f"{proxy.dsn}{'&' if '?' in proxy.dsn else '?'}schema={pg_schema}"
+    server = await anyio.open_process(
+        [sys.executable, "-m", "tether.runtime.ops", "--store", url, "--backend", anyio_backend,
+         "serve", "--port", str(port)], cwd=ROOT,
+    )
+    try:
+        assert server.stderr is not None
+        log, told = TextReceiveStream(server.stderr), ""
+        with anyio.fail_after(BOUND * 3):
+            while "unning on" not in told:  # uvicorn's and hypercorn's "Running on http://..."
+                told += await log.receive()
+        assert "answer 503 until it answers" in told
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            down = await client.get("/api/pending")
+            assert down.status_code == 503, down.text
+            assert down.headers["retry-after"] == "5" and "unavailable" in down.json()["detail"]
+            assert (await client.get("/executions")).status_code == 503
+            proxy.heal()
+            assert (await client.get("/api/pending")).json() == []
+        server.send_signal(signal.SIGTERM)
+        with anyio.fail_after(BOUND * 3):
+            await server.wait()
+    finally:
+        if server.returncode is None:
+            server.kill()
+            await server.wait()
