@@ -13,6 +13,7 @@ import os
 import socket
 import tempfile
 import threading
+import time
 import uuid
 import warnings
 from contextlib import contextmanager
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 _LOCAL = "postgresql://postgres@127.0.0.1:5432/postgres"
 _HELP = (
@@ -61,6 +62,38 @@ def admin_dsn() -> Iterator[str]:
             yield server.get_uri()
         finally:
             server.cleanup()
+
+
+def _pgserver() -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs, on import, about XDG_RUNTIME_DIR
+        import pgserver
+    return pgserver
+
+
+@contextmanager
+def restartable_server() -> Iterator[tuple[str, Callable[[float], None]]]:
+    """A Postgres server of the caller's own (pgserver), and a function that stops it for a time.
+
+    ``restart(down_for)`` stops the server, waits ``down_for`` seconds (the outage's
+    length is the fault itself) and starts it again on the same data. The data lives
+    in a directory of its own, not under pytest's tmp_path: as root, pgserver runs the
+    server as another user, who cannot enter pytest's 0700 /tmp/pytest-of-root.
+    """
+    pgserver = _pgserver()
+    with tempfile.TemporaryDirectory(prefix="tether-pg-") as holder:
+        data = os.path.join(holder, "pgdata")
+        servers = [pgserver.get_server(data, cleanup_mode="stop")]
+
+        def restart(down_for: float) -> None:
+            servers[-1].cleanup()
+            time.sleep(down_for)
+            servers.append(pgserver.get_server(data, cleanup_mode="stop"))
+
+        try:
+            yield servers[0].get_uri(), restart
+        finally:
+            servers[-1].cleanup()
 
 
 def with_database(dsn: str, name: str) -> str:

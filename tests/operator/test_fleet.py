@@ -28,6 +28,8 @@ import asyncpg
 import pytest
 from tether.stores import Execution, StoreError, open_store
 
+from tests._postgres import restartable_server
+
 from ._fleet_app import approvals, batch, deadlines, prepare, timers
 
 APP = "tests.operator._fleet_app:runners"
@@ -261,25 +263,10 @@ def test_timers_and_deadlines_across_a_full_restart(fleet: Fleet) -> None:
 
 
 @pytest.fixture
-def private_postgres(tmp_path: Path) -> Iterator[tuple[str, Callable[[float], None]]]:
-    """A Postgres server of this test's own (pgserver), and a function that restarts it after a time down."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs, on import, about XDG_RUNTIME_DIR
-        import pgserver
-    data = tmp_path / "pgdata"
-    servers = [pgserver.get_server(data, cleanup_mode="stop")]
-
-    def restart(down_for: float) -> None:
-        servers[-1].cleanup()
-        time.sleep(down_for)  # the outage's length is the fault itself
-        servers.append(pgserver.get_server(data, cleanup_mode="stop"))
-
-    try:
-        yield servers[0].get_uri(), restart
-    finally:
-        servers[-1].cleanup()
+def private_postgres() -> Iterator[tuple[str, Callable[[float], None]]]:
+    """A Postgres server of this test's own, and a function that restarts it after a time down."""
+    with restartable_server() as server:
+        yield server
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

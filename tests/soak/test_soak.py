@@ -49,7 +49,6 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -62,6 +61,8 @@ from urllib.parse import quote
 import anyio
 import pytest
 from tether.stores import Execution, StoreError, open_store
+
+from tests._postgres import restartable_server
 
 from ._app import BY_KIND, KINDS, prepare
 
@@ -405,28 +406,9 @@ def flatness(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 @pytest.fixture
 def private_postgres() -> Iterator[tuple[str, Callable[[float], None]]]:
-    """A Postgres server of the soak's own (pgserver), and a function that restarts it after a time down."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs, on import, about XDG_RUNTIME_DIR
-        import pgserver
-    # Not under tmp_path: as root, pgserver runs the server as another user, who cannot
-    # enter pytest's 0700 /tmp/pytest-of-root.
-    holder = tempfile.TemporaryDirectory(prefix="tether-soak-pg-")
-    data = Path(holder.name) / "pgdata"
-    servers = [pgserver.get_server(data, cleanup_mode="stop")]
-
-    def restart(down_for: float) -> None:
-        servers[-1].cleanup()
-        time.sleep(down_for)  # the outage's length is the fault itself
-        servers.append(pgserver.get_server(data, cleanup_mode="stop"))
-
-    try:
-        yield servers[0].get_uri(), restart
-    finally:
-        servers[-1].cleanup()
-        holder.cleanup()
+    """A Postgres server of the soak's own, and a function that restarts it after a time down."""
+    with restartable_server() as server:
+        yield server
 
 
 def _out(store: str, duration: float, tmp_path: Path) -> Path:
