@@ -87,7 +87,7 @@ def restartable_server() -> Iterator[tuple[str, Callable[[float], None]]]:
 
         def restart(down_for: float) -> None:
             servers[-1].cleanup()
-            time.sleep(down_for)
+            time.sleep(down_for)  # the outage itself
             servers.append(pgserver.get_server(data, cleanup_mode="stop"))
 
         try:
