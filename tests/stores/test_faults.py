@@ -32,6 +32,12 @@ def _clean() -> None:
     RUNS.clear()
 
 
+def first(state: dict[str, Any]) -> dict[str, Any]:
+    """A step that counts its runs: one journaled before a fault must not run again."""
+    RUNS["first"] += 1
+    return {"first": True}
+
+
 async def recover(chain: Chain, execution_id: str) -> RunResult:
     while True:
         try:
@@ -42,10 +48,6 @@ async def recover(chain: Chain, execution_id: str) -> RunResult:
 
 async def test_connections_killed_by_the_server_mid_run(postgres_dsn: str, pg_schema: str) -> None:
     inside, go = anyio.Event(), anyio.Event()
-
-    def first(state: dict[str, Any]) -> dict[str, Any]:
-        RUNS["first"] += 1
-        return {"first": True}
 
     async def middle(state: dict[str, Any]) -> dict[str, Any]:
         RUNS["middle"] += 1
@@ -140,10 +142,6 @@ def remount(mount: Path, mode: str) -> None:
 async def test_a_read_only_database_refuses_the_resume_and_consumes_nothing(tiny_disk: Path) -> None:
     # The OS checks a file's writability when it is opened, so the fault meets the
     # next process that opens the store: here, the one that comes to resume.
-    def first(state: dict[str, Any]) -> dict[str, Any]:
-        RUNS["first"] += 1
-        return {"first": True}
-
     def gate(state: dict[str, Any]) -> dict[str, Any]:
         return {"approved": interrupt("approval", {}).approved}
 
@@ -175,10 +173,6 @@ async def test_a_read_only_database_refuses_the_resume_and_consumes_nothing(tiny
 
 async def test_a_directory_moved_away_refuses_writes_until_it_is_back(tmp_path: Path) -> None:
     inside, go = anyio.Event(), anyio.Event()
-
-    def first(state: dict[str, Any]) -> dict[str, Any]:
-        RUNS["first"] += 1
-        return {"first": True}
 
     async def middle(state: dict[str, Any]) -> dict[str, Any]:
         RUNS["middle"] += 1
