@@ -141,17 +141,28 @@ class FaultProxy:
 
     async def _serve(self, client: anyio.abc.SocketStream) -> None:
         self.connections += 1
-        if self._refusing:
-            _linger_zero(client)
-            await client.aclose()
-            return
-        await self._flowing.wait()
+        # Closed shielded: under trio a stream's aclose() closes, then checkpoints,
+        # and a cancelled checkpoint there would skip closing the other stream.
         try:
-            server: anyio.abc.SocketStream = (
-                await anyio.connect_unix(self._unix) if self._unix else await anyio.connect_tcp(*self._tcp))
-        except OSError:
-            await client.aclose()
-            return
+            if self._refusing:
+                _linger_zero(client)
+                return
+            await self._flowing.wait()
+            try:
+                server: anyio.abc.SocketStream = (
+                    await anyio.connect_unix(self._unix) if self._unix else await anyio.connect_tcp(*self._tcp))
+            except OSError:
+                return
+            try:
+                await self._forward(client, server)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await server.aclose()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await client.aclose()
+
+    async def _forward(self, client: anyio.abc.SocketStream, server: anyio.abc.SocketStream) -> None:
         link = _Link(client, server)
         self._links.add(link)
         try:
@@ -161,8 +172,6 @@ class FaultProxy:
                     tg.start_soon(self._pump, link, server, client, False)
         finally:
             self._links.discard(link)
-            await client.aclose()
-            await server.aclose()
 
     async def _pump(self, link: _Link, source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream,
                     upstream: bool) -> None:
