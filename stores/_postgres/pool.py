@@ -22,6 +22,7 @@ same for a connection outside the pool (the store's LISTEN connection).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -202,10 +203,29 @@ class ConnectionPool:
         """Drop every idle connection without a goodbye (their loop is gone)."""
         self._closed = True
         for conn in self._idle:
-            conn.terminate()
+            close_without_loop(conn)
         self._idle = []
         self._connecting.clear()  # they died with their loop
         self._settling.clear()
+
+
+def close_without_loop(conn: Connection) -> None:
+    """Close ``conn`` now, without its event loop, which has ended.
+
+    asyncpg's ``terminate()`` aborts the connection's transport, and the transport
+    leaves closing its socket to a callback on its loop: a loop that will not run
+    again, or that refuses the callback once closed ("Event loop is closed"). So
+    the callback runs here, and the socket is closed now instead of being left
+    for the garbage collector. (A loop whose transports lack that callback, such
+    as uvloop's, leaves the socket to the collector as before.)
+    """
+    transport = getattr(conn, "_transport", None)
+    with contextlib.suppress(RuntimeError):  # the loop is closed: the abort could not schedule its close
+        conn.terminate()
+    finish = getattr(transport, "_call_connection_lost", None)
+    if finish is not None and getattr(transport, "_sock", None) is not None:
+        with contextlib.suppress(RuntimeError):  # the protocol's own wake-ups need the loop; the socket closes first
+            finish(None)
 
 
 async def connect_detached(connect: Callable[[], Awaitable[Connection]],

@@ -73,7 +73,7 @@ from .._protocol import (
 from .._queues import Candidate, Counts, admit, fetch_size, room, stats
 from .._watch import committed
 from .appends import Appends
-from .pool import ConnectionPool, connect_detached, finish_detached
+from .pool import ConnectionPool, close_without_loop, connect_detached, finish_detached
 
 if TYPE_CHECKING:
     import asyncio
@@ -660,8 +660,13 @@ class PostgresStore(DriverStore):
         # Its followers are told (they read next, and learn that the store is closed), and
         # their LISTEN connections go with it.
         self._closing = True
+        loop = self._driver_loop
         for listener in (self._journal_listener, self._control_listener):
-            if listener is not None:
+            if listener is None:
+                continue
+            if loop is not None and not loop.reachable():  # opened under an event loop that has ended
+                close_without_loop(listener._conn)
+            else:
                 with anyio.CancelScope(shield=True), contextlib.suppress(StoreError, UsageError):
                     await listener.aclose()
         self._journal_listener = self._control_listener = None

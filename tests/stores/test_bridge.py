@@ -16,13 +16,16 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 import sniffio
-from tether.stores import SQLiteStore, UsageError
+from tether.stores import PostgresStore, UsageError
 from tether.stores._bridge import open_driver_loop, threadsafe_caller
+
+from tests.conftest import make_store
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
+    from tether.stores import Store
     from tether.stores._bridge import DriverLoop, Op
 
 
@@ -93,13 +96,25 @@ async def test_many_operations_at_once_each_get_their_own_result(driver: DriverL
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
-def test_a_store_belongs_to_the_run_that_opened_it(backend: str, tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "a.db")
-    anyio.run(store.setup, backend=backend)
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_store_belongs_to_the_run_that_opened_it(
+        backend: str, kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    store = make_store(kind, tmp_path, request)
+
+    async def used(store: Store) -> None:
+        await store.setup()
+        async with store.watch_controls("some-run", lambda: None):  # Postgres keeps a LISTEN connection
+            await store.list_pending()
+
+    anyio.run(used, store, backend=backend)
     with pytest.raises(UsageError, match="another event loop"):
         anyio.run(store.list_pending, backend=backend)
-    anyio.run(store.aclose, backend=backend)  # still closes, from any run
+    anyio.run(store.aclose, backend=backend)  # still closes, from any run, its connections too
     with pytest.raises(UsageError, match="closed"):
         anyio.run(store.list_pending, backend=backend)
     del store
-    gc.collect()  # an event loop left unclosed would warn here, and fail the test
+    gc.collect()  # a connection or an event loop left unclosed would warn here, and fail the test
+    if kind == "postgres":
+        schema = make_store(kind, tmp_path, request)
+        assert isinstance(schema, PostgresStore)
+        anyio.run(schema.drop_schema, backend=backend)
