@@ -100,7 +100,6 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)  # -l: a thread may still hold a file
 
 
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_a_full_disk_stops_the_run_and_loses_nothing(tiny_disk: Path) -> None:
     def small(state: dict[str, Any]) -> dict[str, Any]:
         RUNS["small"] += 1
