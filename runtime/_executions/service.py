@@ -248,7 +248,7 @@ class Executions:
         ``wait`` bounds only the wait for a live holder (see `cancel`).
         """
         execution_id = execution.execution_id
-        owner = f"{self.owner}/{tag()}"
+        owner = self.drive_owner(execution_id)  # a run known dead (a test's crash) is taken over at once
         give_up = None if wait is None else anyio.current_time() + wait
         while True:
             try:

@@ -161,9 +161,9 @@ class crash_at:  # lower case: used like a function, as anyio.move_on_after is
     crash took place.
 
     The dead run's lease is left behind, as a real crash leaves it. The first
-    ``resume`` (or ``run``) of that execution afterwards, in this process,
-    takes it over at once, as it could once the lease expired; a worker waits
-    for the expiry as usual.
+    ``resume``, ``run`` or ``cancel`` of that execution afterwards, in this
+    process, takes it over at once, as one on the same machine does after a
+    real SIGKILL; a worker waits for the expiry as usual.
 
     Raises:
         AssertionError: On leaving the block, if the runs never reached the

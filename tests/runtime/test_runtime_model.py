@@ -10,13 +10,15 @@ random order: running them again, resuming them with a decision from this
 runtime or from another one (a second store on the same SQLite file, and a chain
 built afresh), deciding them without running them, crashing them just after a
 random journal write with `crash_at` (in a first run, a run, a resume or a
-recovery), cancelling them (forced or not), recovering them, and decisions that
-must change nothing: invalid ones, ones for a path that asks nothing, ones for
-an id nobody started.
+recovery), forgetting that a crashed run died (as when it ran on another
+machine: its lease looks alive until it runs out), cancelling them (forced or
+not), recovering them, and decisions that must change nothing: invalid ones,
+ones for a path that asks nothing, ones for an id nobody started.
 
 The model knows, per execution, how many of the flow's journal writes are
 committed, the decision claimed, whether a crashed run still holds the lease,
-and whether a recorded cancel waits for the next process to carry it out. From
+whether that holder looks alive, and whether a recorded cancel waits for it to
+stop. From
 that it predicts each action's result or error, and after every step the store
 must agree: the status, the lease, the recorded cancel, the pending rows, the
 journal's labels entry by entry, the output, and each side effect's count (once,
@@ -41,11 +43,13 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invar
 from pydantic import ValidationError
 from tether.actors import Chain
 from tether.runtime import Resume, RunResult, cancel, history, idempotency_key, idempotent, interrupt
+from tether.runtime._core import hooks
 from tether.runtime.testing import crash_at
 from tether.stores import (
     AlreadyResumed,
     ExecutionFinished,
     ExecutionNotFound,
+    LeaseHeld,
     MemoryStore,
     NoPendingInterrupt,
     SQLiteStore,
@@ -131,7 +135,8 @@ class Run:
     decision: bool | None = None  # the claimed decision
     pending: bool = False
     dead: bool = False  # a crashed run still holds the lease
-    cancelling: bool = False  # a cancel is recorded, for whoever takes the run up next
+    alive: bool = False  # ... and nobody here knows it died: its lease is waited out, or forced
+    cancelling: bool = False  # a cancel is recorded, for its holder to carry out
     journal: list[str] = field(default_factory=list)
 
     @property
@@ -157,14 +162,14 @@ class Run:
             if n == crash:
                 break
         if self.written == len(WRITES):
-            self.status, self.dead = "completed", False  # a crash there too: its write held the outcome
+            self.status, self.dead, self.alive = "completed", False, False  # a crash there too: its write held the outcome
             return
         self.pending = self.written >= ASKED and self.decision is None
         if crash is not None:
             self.status, self.dead = "running", True  # the dead run keeps its lease, as after a SIGKILL
         else:
             self.journal.append("paused")
-            self.status, self.dead = "paused", False
+            self.status, self.dead, self.alive = "paused", False, False
 
     def claim(self, approved: bool) -> None:
         self.journal.append("resumed")
@@ -172,7 +177,7 @@ class Run:
 
     def end(self, status: str) -> None:
         self.journal.append(status)
-        self.status, self.pending, self.dead, self.cancelling = status, False, False, False
+        self.status, self.pending, self.dead, self.alive, self.cancelling = status, False, False, False, False
 
     def refusal(self) -> type[Exception] | None:
         """The error a decision for it gets, or None when it is claimed."""
@@ -267,8 +272,8 @@ class ExecutionModel(RuleBasedStateMachine):
         """Do ``action`` and die just after one of its journal writes (which: from ``k``)."""
         run = self.model.setdefault(name, Run())
         writes = self.planned(run, action)
-        if not writes:
-            return  # nothing to crash at: the other rules cover what it would do
+        if not writes or run.alive:
+            return  # nothing to crash at (or its lease held): the other rules cover what it would do
         at = 1 + k % len(writes)
         perform = self.perform(name, where, action, approved)
 
@@ -304,6 +309,10 @@ class ExecutionModel(RuleBasedStateMachine):
     def run_again(self, name: str, where: str) -> None:
         """The id is an idempotency key: a crashed or decided run is continued, any other returned as it is."""
         run = self.model[name]
+        if run.alive:
+            with pytest.raises(LeaseHeld):
+                self.call(self.perform(name, where, "run"))
+            return
         result = self.call(self.perform(name, where, "run"))
         if run.status in ("running", "decided"):
             run.drive()
@@ -312,7 +321,7 @@ class ExecutionModel(RuleBasedStateMachine):
     @rule(name=executions, where=where, approved=approvals)
     def resume(self, name: str, where: str, approved: bool) -> None:
         run = self.model[name]
-        refused = run.refusal()
+        refused = run.refusal() or (LeaseHeld if run.alive else None)  # the claim is checked first
         if refused is not None:
             with pytest.raises(refused):
                 self.call(self.perform(name, where, "resume", approved))
@@ -326,7 +335,7 @@ class ExecutionModel(RuleBasedStateMachine):
     def decide(self, name: str, where: str, approved: bool) -> None:
         """A decision recorded with the store alone, for whoever takes the run up next."""
         run = self.model[name]
-        refused = run.refusal()
+        refused = run.refusal() or (LeaseHeld if run.alive else None)  # the claim is checked first
         if refused is not None:
             with pytest.raises(refused):
                 self.call(self.perform(name, where, "decide", approved))
@@ -339,6 +348,10 @@ class ExecutionModel(RuleBasedStateMachine):
     @rule(name=executions, where=where)
     def recover(self, name: str, where: str) -> None:
         run = self.model[name]
+        if run.alive:
+            with pytest.raises(LeaseHeld):
+                self.call(self.perform(name, where, "recover"))
+            return
         result = self.call(self.perform(name, where, "recover"))
         if not run.finished:
             run.drive()  # a paused one too: it is taken up and parks again, journaling its pause once more
@@ -349,18 +362,27 @@ class ExecutionModel(RuleBasedStateMachine):
     def crash(self, name: str, where: str, action: str, approved: bool, k: int) -> None:
         self.crash_in(name, where, action, approved, k)
 
+    @rule(name=executions)
+    def lose_track(self, name: str) -> None:
+        """Forget that a crashed run died, as if it ran on another machine: its lease looks alive."""
+        run = self.model[name]
+        if not run.dead or run.alive:
+            return
+        assert hooks.installed().heirs.pop(self.eid(name), None) is not None  # the kit knew it died
+        run.alive = True
+
     @rule(name=executions, where=where, force=st.booleans())
     def cancel(self, name: str, where: str, force: bool) -> None:
         run = self.model[name]
         result = self.call(self.perform(name, where, "cancel", force=force))
         if run.finished:
             pass  # the verdict it reached first stands
-        elif run.dead and not force:
-            run.cancelling = True  # its holder looks alive: recorded, and carried out by the next drive
+        elif run.alive and not force:
+            run.cancelling = True  # recorded, for its holder (or whoever outlives its lease) to carry out
         else:
-            if run.dead:
-                run.journal.append("takeover")  # forced: the journal says so
-            run.end("cancelled")
+            if run.alive:
+                run.journal.append("takeover")  # forced past a live-looking lease: the journal says so
+            run.end("cancelled")  # a run known to be dead is taken over at once
         assert result.status == run.status
 
     @rule(name=executions, where=where, via=st.sampled_from(["resume", "decide"]),
@@ -516,17 +538,18 @@ async def test_a_second_decision_leaves_a_run_that_crashed_after_the_first_to_it
 
 async def test_a_decision_after_a_recorded_cancel_is_refused(model_store: Store) -> None:
     # Executions.cancel: "a decision claimed before the cancel is carried out by nobody; one
-    # claimed after it is refused (ExecutionFinished)". Here the holder of the lease is a
-    # crashed run that is not known to be dead, so the cancel waits for the next drive.
+    # claimed after it is refused (ExecutionFinished)". Here the lease's holder is a crashed
+    # run nobody here knows is dead (it ran on another machine), so the cancel waits for it.
     chain = flow(model_store)
     async with crash_at("suspended"):
         await chain.run({"order": "r-3"}, execution_id="r-3")
+    hooks.installed().heirs.pop("r-3")  # forget that it died: its lease looks alive
     assert (await cancel(model_store, "r-3", wait=0)).status == "running"
     with pytest.raises(ExecutionFinished, match="is cancelled"):
         await chain.decide("r-3", Resume(approved=True))
     with pytest.raises(ExecutionFinished, match="is cancelled"):
         await chain.resume("r-3", Resume(approved=True))
     assert [p.agent_path for p in await model_store.list_pending(execution_id="r-3")] == ["chain:flow/node:approve"]
-    assert (await chain.resume("r-3")).status == "cancelled"  # the next drive carries the cancel out
+    assert (await cancel(model_store, "r-3", wait=0, force=True)).status == "cancelled"
     assert await model_store.list_pending(execution_id="r-3") == []
     assert ("r-3", "charge") not in {(e, name) for e, name, _ in EFFECTS}

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 from tether.actors import Chain
-from tether.runtime import Resume, sleep
+from tether.runtime import Resume, cancel, sleep
 from tether.runtime.testing import Effects, crash_at
 from tether.stores import Store
 
@@ -132,3 +133,16 @@ async def test_a_decision_recorded_after_a_crash_leaves_the_dead_lease_to_the_re
     await chain.decide("a-3", Resume(approved=True))  # a decision only, as the HTTP API records it
     result = await chain.resume("a-3")  # carries it out at once, over the dead run's lease
     assert result.status == "completed" and result.output["approved"] is True
+
+
+async def test_a_cancel_after_a_crash_takes_the_dead_lease_at_once(tether_store: Store) -> None:
+    chain = build("approval", tether_store)
+    async with crash_at("suspended"):
+        await chain.run({}, execution_id="a-4")
+    # As on the same machine after a SIGKILL: carried out now, not once the lease (30 s) runs out.
+    with anyio.fail_after(10):
+        result = await cancel(tether_store, "a-4", reason="withdrawn", wait=0)
+    assert result.status == "cancelled"
+    assert await tether_store.list_pending(execution_id="a-4") == []
+    labels = await journal(tether_store, "a-4")
+    assert not any(label.endswith("/takeover") for label in labels)  # a dead run's lease is inherited, not forced
