@@ -152,7 +152,10 @@ class Run:
         return list(WRITES[self.written:])
 
     def drive(self, crash: int | None = None) -> None:
-        """Drive it as far as it goes, or until the process dies just after write ``crash``."""
+        """Drive it as far as it goes, or until the process dies just after write ``crash``.
+
+        Never one whose holder looks alive: that drive is refused (`LeaseHeld`).
+        """
         if self.cancelling:
             self.end("cancelled")
             return
@@ -162,14 +165,14 @@ class Run:
             if n == crash:
                 break
         if self.written == len(WRITES):
-            self.status, self.dead, self.alive = "completed", False, False  # a crash there too: its write held the outcome
+            self.status, self.dead = "completed", False  # a crash there too: its write held the outcome
             return
         self.pending = self.written >= ASKED and self.decision is None
         if crash is not None:
             self.status, self.dead = "running", True  # the dead run keeps its lease, as after a SIGKILL
         else:
             self.journal.append("paused")
-            self.status, self.dead, self.alive = "paused", False, False
+            self.status, self.dead = "paused", False
 
     def claim(self, approved: bool) -> None:
         self.journal.append("resumed")
@@ -184,7 +187,7 @@ class Run:
         if self.status == "cancelled" or self.cancelling:  # a recorded cancel: it will not continue
             return ExecutionFinished
         if self.pending:
-            return None
+            return LeaseHeld if self.alive else None  # the claim is checked before the lease
         if self.decision is not None:
             return AlreadyResumed  # the second resume of one interrupt
         return NoPendingInterrupt  # it crashed before it asked
@@ -260,6 +263,14 @@ class ExecutionModel(RuleBasedStateMachine):
             assert run.decision is not None
             assert result.output == expected_output(self.eid(name), run.decision)
 
+    def held(self, name: str, where: str, action: str) -> bool:
+        """Whether ``action`` drives a run whose dead holder looks alive: it is refused, `LeaseHeld`."""
+        if not self.model[name].alive:
+            return False
+        with pytest.raises(LeaseHeld):
+            self.call(self.perform(name, where, action))
+        return True
+
     def planned(self, run: Run, action: str) -> list[tuple[str, ...]]:
         """The journal writes ``action`` would make (none when it is refused or only returns)."""
         if action == "resume":
@@ -309,9 +320,7 @@ class ExecutionModel(RuleBasedStateMachine):
     def run_again(self, name: str, where: str) -> None:
         """The id is an idempotency key: a crashed or decided run is continued, any other returned as it is."""
         run = self.model[name]
-        if run.alive:
-            with pytest.raises(LeaseHeld):
-                self.call(self.perform(name, where, "run"))
+        if self.held(name, where, "run"):
             return
         result = self.call(self.perform(name, where, "run"))
         if run.status in ("running", "decided"):
@@ -321,7 +330,7 @@ class ExecutionModel(RuleBasedStateMachine):
     @rule(name=executions, where=where, approved=approvals)
     def resume(self, name: str, where: str, approved: bool) -> None:
         run = self.model[name]
-        refused = run.refusal() or (LeaseHeld if run.alive else None)  # the claim is checked first
+        refused = run.refusal()
         if refused is not None:
             with pytest.raises(refused):
                 self.call(self.perform(name, where, "resume", approved))
@@ -335,7 +344,7 @@ class ExecutionModel(RuleBasedStateMachine):
     def decide(self, name: str, where: str, approved: bool) -> None:
         """A decision recorded with the store alone, for whoever takes the run up next."""
         run = self.model[name]
-        refused = run.refusal() or (LeaseHeld if run.alive else None)  # the claim is checked first
+        refused = run.refusal()
         if refused is not None:
             with pytest.raises(refused):
                 self.call(self.perform(name, where, "decide", approved))
@@ -348,9 +357,7 @@ class ExecutionModel(RuleBasedStateMachine):
     @rule(name=executions, where=where)
     def recover(self, name: str, where: str) -> None:
         run = self.model[name]
-        if run.alive:
-            with pytest.raises(LeaseHeld):
-                self.call(self.perform(name, where, "recover"))
+        if self.held(name, where, "recover"):
             return
         result = self.call(self.perform(name, where, "recover"))
         if not run.finished:
